@@ -1,0 +1,427 @@
+package retryhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// maxErrorBody bounds how much of an error response CheckResponse reads to
+// find the provider's message. Error bodies are small; a large one is cut.
+const maxErrorBody = 64 << 10
+
+// maxMessage bounds the provider message kept in an Error.
+const maxMessage = 500
+
+// Error is a failed request, as RoundTrip or CheckResponse report it. Error()
+// is the technical summary for logs; UserMessage is for the people behind the
+// client. Neither holds credentials.
+type Error struct {
+	StatusCode int       // the last status seen; 0 when no response came back
+	Attempts   int       // attempts sent (0 when refused locally before any)
+	Retryable  bool      // the failure was transient: retrying later may succeed
+	RetryAt    time.Time // earliest time a new try is worth making; zero if unknown
+	Err        error     // the cause: the transport error, or nil for a status
+
+	Method       string // the request's method
+	URL          string // the request's URL, credentials redacted
+	ProviderType string // the provider's error type: "overloaded_error", "insufficient_quota", ...
+	Message      string // the provider's message, bounded and redacted
+	RequestID    string // the provider's request id (request-id, x-request-id)
+	StopReason   string // why retrying stopped early, if it did ("retries exhausted", ...)
+}
+
+// Error returns the technical summary: method, host and path, status,
+// provider type and message, attempts, request id, why retrying stopped, and
+// the cause.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("retryhttp: ")
+	if e.Method != "" {
+		b.WriteString(e.Method + " ")
+	}
+	if hp := hostPath(e.URL); hp != "" {
+		b.WriteString(hp + ": ")
+	}
+	if e.StatusCode != 0 {
+		b.WriteString(statusText(e.StatusCode))
+	} else {
+		b.WriteString("request failed")
+	}
+	if e.ProviderType != "" || e.Message != "" {
+		b.WriteString(" (" + strings.TrimPrefix(e.ProviderType+": "+e.Message, ": ") + ")")
+	}
+	fmt.Fprintf(&b, " after %d attempt%s", e.Attempts, plural(e.Attempts))
+	if e.RequestID != "" {
+		b.WriteString("; request id " + e.RequestID)
+	}
+	if e.StopReason != "" {
+		b.WriteString("; stopped: " + e.StopReason)
+	}
+	if e.Err != nil {
+		b.WriteString(": " + redactText(e.Err.Error()))
+	}
+	return b.String()
+}
+
+// Unwrap returns Err, so errors.Is and errors.As reach the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// UserMessage returns a calm, action-oriented sentence for the people using
+// the application: what happened in plain words and what to do about it. It
+// holds no status codes, no internals and no credentials.
+func (e *Error) UserMessage() string {
+	switch k := e.kind(); k {
+	case kindRateLimited:
+		return "The service is receiving too many requests right now. Please try again " + e.when() + "."
+	default:
+		return userMessages[k]
+	}
+}
+
+type errorKind int
+
+const (
+	kindUnknown errorKind = iota
+	kindRateLimited
+	kindQuota
+	kindOverloaded
+	kindServer
+	kindTimeout
+	kindCanceled
+	kindNetwork
+	kindBadRequest
+	kindTooLarge
+	kindAuth
+	kindForbidden
+	kindNotFound
+	kindLocal
+)
+
+var userMessages = map[errorKind]string{
+	kindUnknown:    "Something went wrong. Please try again later.",
+	kindQuota:      "The usage limit for this account has been reached. Please check the plan or billing settings, then try again.",
+	kindOverloaded: "The service is very busy at the moment. Please try again in a few minutes.",
+	kindServer:     "The service ran into a temporary problem. Please try again shortly.",
+	kindTimeout:    "The service took too long to respond. Please try again.",
+	kindCanceled:   "The request was stopped before it finished. Please try again if you still need it.",
+	kindNetwork:    "We couldn't reach the service. Please check your connection and try again.",
+	kindBadRequest: "The request couldn't be processed. Please check what you entered and try again.",
+	kindTooLarge:   "The request is too large. Please make it smaller and try again.",
+	kindAuth:       "We couldn't sign in to the service. Please check that the access key is set up correctly.",
+	kindForbidden:  "This action isn't allowed with the current access rights. Please check the permissions.",
+	kindNotFound:   "We couldn't find what was asked for. Please check the name or address and try again.",
+	kindLocal:      "Something went wrong while preparing the request. Please try again, and contact support if it keeps happening.",
+}
+
+func (e *Error) kind() errorKind {
+	if quotaExhausted(e.ProviderType) {
+		return kindQuota
+	}
+	if e.ProviderType == "rate_limit_error" {
+		return kindRateLimited
+	}
+	if e.ProviderType == "overloaded_error" {
+		return kindOverloaded
+	}
+	switch {
+	case e.StatusCode == http.StatusTooManyRequests:
+		return kindRateLimited
+	case e.StatusCode == StatusOverloaded || e.StatusCode == http.StatusServiceUnavailable:
+		return kindOverloaded
+	case e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusGatewayTimeout:
+		return kindTimeout
+	case e.StatusCode >= 500:
+		return kindServer
+	case e.StatusCode == http.StatusUnauthorized:
+		return kindAuth
+	case e.StatusCode == http.StatusForbidden:
+		return kindForbidden
+	case e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusGone:
+		return kindNotFound
+	case e.StatusCode == http.StatusRequestEntityTooLarge:
+		return kindTooLarge
+	case e.StatusCode >= 400:
+		return kindBadRequest
+	case e.StatusCode != 0:
+		return kindUnknown
+	}
+	return errKind(e.Err)
+}
+
+func errKind(err error) errorKind {
+	switch {
+	case err == nil:
+		return kindUnknown
+	case errors.Is(err, errAttemptTimeout), errors.Is(err, context.DeadlineExceeded):
+		return kindTimeout
+	case errors.Is(err, context.Canceled):
+		return kindCanceled
+	case errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrBodyNotReplayable):
+		return kindLocal
+	}
+	return kindNetwork
+}
+
+// quotaExhausted reports provider error types that mean the account's quota
+// or billing is used up: waiting will not help.
+func quotaExhausted(t string) bool {
+	switch t {
+	case "insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "quota_exceeded":
+		return true
+	}
+	return false
+}
+
+// when phrases how long until RetryAt for a user.
+func (e *Error) when() string {
+	if e.RetryAt.IsZero() {
+		return "in a moment"
+	}
+	d := time.Until(e.RetryAt)
+	switch {
+	case d < 10*time.Second:
+		return "in a few seconds"
+	case d < 90*time.Second:
+		return "in about " + strconv.Itoa(int((d+5*time.Second)/(10*time.Second))*10) + " seconds"
+	case d < 90*time.Minute:
+		return "in about " + strconv.Itoa(int((d+30*time.Second)/time.Minute)) + " minutes"
+	}
+	return "later"
+}
+
+// transportError reports a call that ended on an error rather than a response.
+func (c *call) transportError(err error, stop string) *Error {
+	return &Error{
+		Err:        err,
+		Attempts:   c.attempts,
+		Retryable:  retryableError(err),
+		Method:     methodOf(c.req),
+		URL:        redactURL(c.req.URL),
+		StopReason: stop,
+	}
+}
+
+func joinErrors(outer, inner error) error { return fmt.Errorf("%w: %w", outer, inner) }
+
+// CheckResponse turns the result of an HTTP call into an error: nil when err
+// is nil and the status is below 400, otherwise an *Error. It works on any
+// response, ours or not. It reads at most 64 KiB of an error body to find the
+// provider's error type, message and suggested wait (the Anthropic and OpenAI
+// JSON shapes, GitHub's, or plain text), and puts those bytes back, so the
+// caller can still read the body whole. A body already read or closed is
+// classified by status and headers alone; resp.Request may be nil.
+func CheckResponse(resp *http.Response, err error) error {
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return e
+		}
+		e = &Error{Err: err, Attempts: 1, Retryable: retryableError(err)}
+		if resp != nil && resp.Request != nil {
+			e.Method, e.URL = methodOf(resp.Request), redactURL(resp.Request.URL)
+		}
+		return e
+	}
+	if resp == nil {
+		return &Error{Err: errors.New("retryhttp: no response and no error")}
+	}
+	if resp.StatusCode < 400 {
+		return nil
+	}
+	return responseError(resp, time.Now())
+}
+
+func responseError(resp *http.Response, now time.Time) *Error {
+	e := &Error{
+		StatusCode: resp.StatusCode,
+		Attempts:   max(Attempts(resp), 1),
+		Retryable:  Retryable(resp, nil),
+		RequestID:  requestID(resp.Header),
+	}
+	if resp.Request != nil {
+		e.Method, e.URL = methodOf(resp.Request), redactURL(resp.Request.URL)
+	}
+	if b := trackedBody(resp); b != nil {
+		e.StopReason, e.RetryAt = b.stopReason, b.retryAt
+	}
+	if d, ok := ParseRetryAfter(resp.Header, now); ok && e.RetryAt.IsZero() {
+		e.RetryAt = now.Add(d)
+	}
+	p := parseProviderError(peekBody(resp, maxErrorBody), resp.Header.Get("Content-Type"))
+	e.ProviderType, e.Message = p.Type, p.Message
+	if e.RequestID == "" {
+		e.RequestID = p.RequestID
+	}
+	if e.RetryAt.IsZero() && p.RetryIn > 0 {
+		e.RetryAt = now.Add(p.RetryIn)
+	}
+	if quotaExhausted(p.Type) {
+		e.Retryable = false
+	}
+	return e
+}
+
+// peekBody reads up to n bytes of resp's body and puts them back in front of
+// the rest, keeping the transport's tracking body in place. A body already
+// read or closed yields what it yields (usually nothing).
+func peekBody(resp *http.Response, n int64) []byte {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	slot := &resp.Body
+	if b := trackedBody(resp); b != nil {
+		slot = &b.rc
+	}
+	orig := *slot
+	prefix, _ := io.ReadAll(io.LimitReader(orig, n))
+	*slot = &peekedBody{Reader: io.MultiReader(bytes.NewReader(prefix), orig), closer: orig}
+	return prefix
+}
+
+type peekedBody struct {
+	io.Reader
+	closer io.Closer
+}
+
+func (p *peekedBody) Close() error { return p.closer.Close() }
+
+// providerError is what a provider's error body says.
+type providerError struct {
+	Type, Message, RequestID string
+	RetryIn                  time.Duration
+}
+
+// parseProviderError reads the error shapes of the APIs people call:
+//
+//	Anthropic {"type":"error","error":{"type":"overloaded_error","message":"…"},"request_id":"req_…"}
+//	OpenAI    {"error":{"message":"…","type":"…","param":null,"code":"insufficient_quota"}}
+//	GitHub    {"message":"…","documentation_url":"…"}
+//
+// and, failing those, a short plain-text body. It never fails: what cannot be
+// read is left empty.
+func parseProviderError(body []byte, contentType string) providerError {
+	var p providerError
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return p
+	}
+	if body[0] == '{' {
+		parseJSONError(body, &p)
+	} else if !looksLikeMarkup(body, contentType) {
+		p.Message = string(body)
+	}
+	p.Message = cleanMessage(p.Message)
+	if d, ok := retryHint(p.Message); ok {
+		p.RetryIn = d
+	}
+	return p
+}
+
+func parseJSONError(body []byte, p *providerError) {
+	var doc struct {
+		Error            json.RawMessage `json:"error"`
+		Message          string          `json:"message"`
+		RequestID        string          `json:"request_id"`
+		DocumentationURL string          `json:"documentation_url"`
+	}
+	if json.Unmarshal(body, &doc) != nil {
+		return
+	}
+	p.Message, p.RequestID = doc.Message, doc.RequestID
+	if strings.Contains(doc.DocumentationURL, "secondary-rate-limit") {
+		p.Type = "secondary_rate_limit"
+	}
+	var inner struct {
+		Type    string          `json:"type"`
+		Message string          `json:"message"`
+		Code    json.RawMessage `json:"code"`
+	}
+	if json.Unmarshal(doc.Error, &inner) == nil {
+		p.Type = inner.Type
+		if p.Message == "" || inner.Message != "" {
+			p.Message = inner.Message
+		}
+		// OpenAI puts the precise reason ("insufficient_quota") in code and
+		// a broader one in type.
+		var code string
+		if json.Unmarshal(inner.Code, &code) == nil && code != "" {
+			p.Type = code
+		}
+		return
+	}
+	var s string
+	if json.Unmarshal(doc.Error, &s) == nil && p.Message == "" {
+		p.Message = s
+	}
+}
+
+func looksLikeMarkup(body []byte, contentType string) bool {
+	return body[0] == '<' || strings.Contains(contentType, "html")
+}
+
+// cleanMessage folds white space, drops invalid UTF-8 and control bytes,
+// bounds the length and redacts credentials a provider may echo back.
+func cleanMessage(s string) string {
+	if s == "" {
+		return ""
+	}
+	s = strings.ToValidUTF8(s, "")
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > maxMessage {
+		s = string([]rune(s)[:maxMessage]) + "…"
+	}
+	return redactText(s)
+}
+
+var retryHintPattern = regexp.MustCompile(`(?i)try again in ([0-9]+(?:\.[0-9]+)?(?:ms|s|m|h)(?:[0-9]+(?:\.[0-9]+)?(?:ms|s))*)`)
+
+// retryHint finds a suggested wait in a provider message, such as OpenAI's
+// "Please try again in 20s" or "in 6m0s".
+func retryHint(msg string) (time.Duration, bool) {
+	m := retryHintPattern.FindStringSubmatch(msg)
+	if m == nil {
+		return 0, false
+	}
+	d, err := time.ParseDuration(m[1])
+	if err != nil || d <= 0 {
+		return 0, false
+	}
+	return min(d, maxServerWait), true
+}
+
+// hostPath returns "host/path" of a URL string, for the technical summary.
+func hostPath(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Host + u.EscapedPath()
+}
+
+func statusText(code int) string {
+	if code == StatusOverloaded {
+		return "529 Overloaded"
+	}
+	if t := http.StatusText(code); t != "" {
+		return strconv.Itoa(code) + " " + t
+	}
+	return strconv.Itoa(code)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

@@ -1,0 +1,115 @@
+package retryhttp
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Event describes one step of a request's life, for hooks. Its URL and error
+// text are redacted: no credentials reach a hook.
+type Event struct {
+	Method     string
+	URL        string        // redacted
+	Attempt    int           // the attempt this event is about, from 1
+	StatusCode int           // the attempt's status; 0 if none came back
+	Err        error         // the attempt's error, its message redacted
+	Wait       time.Duration // OnRetry: the wait before the next attempt
+	Reason     string        // OnRetry: what failed; OnGiveUp: why retrying stopped
+}
+
+// Hooks are called synchronously as a request progresses, so they should be
+// quick: count in your metrics, do not block. A nil hook is skipped.
+type Hooks struct {
+	OnAttempt func(Event) // before each attempt is sent
+	OnRetry   func(Event) // when a retry is scheduled, with its wait
+	OnGiveUp  func(Event) // when retrying stops while the outcome is still a failure
+}
+
+// WithHooks installs hooks for metrics: count attempts, retries and give-ups.
+func WithHooks(h Hooks) Option {
+	return Option{func(c *config) { c.hooks = h }}
+}
+
+func (c *call) event(resp *http.Response, err error) Event {
+	e := Event{Method: methodOf(c.req), URL: redactURL(c.req.URL), Attempt: c.attempts}
+	if resp != nil {
+		e.StatusCode = resp.StatusCode
+	}
+	if err != nil {
+		e.Err = redactedError{err}
+	}
+	return e
+}
+
+func (c *call) logAttempt() {
+	cfg := &c.t.cfg
+	if cfg.hooks.OnAttempt != nil {
+		cfg.hooks.OnAttempt(c.event(nil, nil))
+	}
+	if cfg.logger != nil && cfg.logger.Enabled(c.ctx, slog.LevelDebug) {
+		cfg.logger.LogAttrs(c.ctx, slog.LevelDebug, "retryhttp: attempt",
+			slog.String("method", methodOf(c.req)), slog.String("url", redactURL(c.req.URL)),
+			slog.Int("attempt", c.attempts))
+	}
+}
+
+func (c *call) logRetry(resp *http.Response, err error, wait time.Duration) {
+	cfg := &c.t.cfg
+	if cfg.hooks.OnRetry == nil && cfg.logger == nil {
+		return
+	}
+	e := c.event(resp, err)
+	e.Wait, e.Reason = wait, outcomeText(resp, err)
+	if cfg.hooks.OnRetry != nil {
+		cfg.hooks.OnRetry(e)
+	}
+	c.log(slog.LevelInfo, "retryhttp: retrying", e)
+}
+
+func (c *call) logGiveUp(resp *http.Response, err error, why string) {
+	cfg := &c.t.cfg
+	if cfg.hooks.OnGiveUp == nil && cfg.logger == nil {
+		return
+	}
+	e := c.event(resp, err)
+	e.Reason = why
+	if cfg.hooks.OnGiveUp != nil {
+		cfg.hooks.OnGiveUp(e)
+	}
+	c.log(slog.LevelWarn, "retryhttp: giving up", e)
+}
+
+func (c *call) log(level slog.Level, msg string, e Event) {
+	l := c.t.cfg.logger
+	if l == nil || !l.Enabled(c.ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", e.Method), slog.String("url", e.URL),
+		slog.Int("attempt", e.Attempt),
+	}
+	if e.StatusCode != 0 {
+		attrs = append(attrs, slog.Int("status", e.StatusCode))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	if e.Wait > 0 {
+		attrs = append(attrs, slog.Duration("wait", e.Wait))
+	}
+	attrs = append(attrs, slog.String("reason", e.Reason))
+	l.LogAttrs(c.ctx, level, msg, attrs...)
+}
+
+// outcomeText names an attempt's outcome for logs: "503 Service
+// Unavailable" or the redacted error.
+func outcomeText(resp *http.Response, err error) string {
+	if err != nil {
+		return redactText(err.Error())
+	}
+	if resp == nil {
+		return ""
+	}
+	return statusText(resp.StatusCode)
+}

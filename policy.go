@@ -1,0 +1,276 @@
+package retryhttp
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Defaults. README lists them in a table; change them with the options below.
+const (
+	DefaultMaxRetries      = 5
+	DefaultBackoffBase     = 1 * time.Second
+	DefaultBackoffMax      = 32 * time.Second
+	DefaultMultiplier      = 2.0
+	DefaultJitter          = 1 * time.Second
+	DefaultMaxRetryAfter   = 60 * time.Second
+	DefaultMaxBufferedBody = 8 << 20 // 8 MiB: a long prompt with a few images
+)
+
+// Option configures a RetryTransport. Options are applied in order by New, or
+// to a single request by ContextWithOptions.
+type Option struct {
+	apply func(*config)
+}
+
+// config is everything New assembles: the transport-wide parts and the
+// retry policy, which ContextWithOptions may override per request.
+type config struct {
+	base   http.RoundTripper
+	logger *slog.Logger
+	clock  Clock
+	hooks  Hooks
+	policy
+}
+
+// policy is the part of the configuration that decides, for one request,
+// whether and when to retry. It is a plain value so a request can carry its
+// own copy.
+type policy struct {
+	maxRetries       int
+	backoffBase      time.Duration
+	backoffMax       time.Duration
+	multiplier       float64
+	jitter           time.Duration
+	jitterStrategy   JitterStrategy
+	maxRetryAfter    time.Duration
+	attemptTimeout   time.Duration
+	maxBufferedBody  int64
+	classifier       Classifier
+	idempotencyKey   bool
+	idempotencyGuard bool
+}
+
+func defaultConfig() config {
+	return config{
+		clock: systemClock{},
+		policy: policy{
+			maxRetries:      DefaultMaxRetries,
+			backoffBase:     DefaultBackoffBase,
+			backoffMax:      DefaultBackoffMax,
+			multiplier:      DefaultMultiplier,
+			jitter:          DefaultJitter,
+			maxRetryAfter:   DefaultMaxRetryAfter,
+			maxBufferedBody: DefaultMaxBufferedBody,
+		},
+	}
+}
+
+// WithMaxRetries sets how many retries may follow the first attempt. The
+// default is 5; 0 never retries. Negative values are treated as 0.
+func WithMaxRetries(n int) Option {
+	return Option{func(c *config) { c.maxRetries = max(n, 0) }}
+}
+
+// WithBackoff sets the computed wait before retry k (k = 1, 2, ...):
+// min(base·multiplier^(k-1), max), plus jitter. The default is 1s and 32s.
+// A base of 0 or less retries at once (plus jitter); a max below base is
+// raised to base.
+func WithBackoff(base, max time.Duration) Option {
+	return Option{func(c *config) {
+		c.backoffBase = base
+		if base < 0 {
+			c.backoffBase = 0
+		}
+		c.backoffMax = max
+		if c.backoffMax < c.backoffBase {
+			c.backoffMax = c.backoffBase
+		}
+	}}
+}
+
+// WithBackoffMultiplier sets the growth factor between computed waits. The
+// default is 2. Values below 1 (and NaN) are treated as 1: a constant wait.
+func WithBackoffMultiplier(f float64) Option {
+	return Option{func(c *config) {
+		if !(f >= 1) { // also catches NaN
+			f = 1
+		}
+		c.multiplier = f
+	}}
+}
+
+// WithJitter sets the most random time added to each computed wait, drawn
+// uniformly from [0, max) afresh each time. The default is 1s; 0 adds none.
+// With FullJitter or DecorrelatedJitter the randomness comes from the
+// strategy itself and this value is not used.
+func WithJitter(max time.Duration) Option {
+	return Option{func(c *config) { c.jitter = maxDuration(max, 0) }}
+}
+
+// WithJitterStrategy chooses how randomness is applied to the backoff. The
+// default, AdditiveJitter, is the contract's "computed wait plus up to
+// WithJitter". See JitterStrategy.
+func WithJitterStrategy(s JitterStrategy) Option {
+	return Option{func(c *config) { c.jitterStrategy = s }}
+}
+
+// WithMaxRetryAfter sets the longest server-requested wait (Retry-After,
+// retry-after-ms) that is honoured. A longer one ends retrying at once and the
+// response that asked for it is returned. The default is 60s.
+func WithMaxRetryAfter(d time.Duration) Option {
+	return Option{func(c *config) { c.maxRetryAfter = maxDuration(d, 0) }}
+}
+
+// WithAttemptTimeout bounds each attempt from the moment it is sent until
+// its response headers arrive; reading the body is not timed, so streams are
+// not cut. A timed-out attempt is transient and may be retried. The default, 0,
+// sets no per-attempt timeout: the request context alone bounds the call.
+func WithAttemptTimeout(d time.Duration) Option {
+	return Option{func(c *config) { c.attemptTimeout = maxDuration(d, 0) }}
+}
+
+// WithMaxBufferedBody sets how many bytes of a request body that cannot be
+// re-read (no GetBody, not an io.Seeker) are kept so it can be sent again.
+// A larger body is sent once and not retried. The default is 8 MiB.
+func WithMaxBufferedBody(n int64) Option {
+	return Option{func(c *config) { c.maxBufferedBody = max(n, 0) }}
+}
+
+// WithLogger sends the transport's logs to l: debug per attempt, info per
+// retry (with the wait and the reason), warn on giving up. nil, the default,
+// is silent. Credentials never appear in log lines.
+func WithLogger(l *slog.Logger) Option {
+	return Option{func(c *config) { c.logger = l }}
+}
+
+// WithClock replaces the system clock, so tests can drive waits by hand.
+// nil restores the system clock.
+func WithClock(clk Clock) Option {
+	return Option{func(c *config) {
+		if clk == nil {
+			clk = systemClock{}
+		}
+		c.clock = clk
+	}}
+}
+
+// WithClassifier installs a classifier that is asked first about every
+// outcome. It returns Retry or Stop to decide, or Default to defer to the
+// built-in rules (see Classify).
+func WithClassifier(f Classifier) Option {
+	return Option{func(c *config) { c.classifier = f }}
+}
+
+// Verdict is a classifier's answer about one attempt's outcome.
+type Verdict int
+
+const (
+	// Default defers to the built-in rules.
+	Default Verdict = iota
+	// Retry marks the outcome transient: it is retried while the policy allows.
+	Retry
+	// Stop marks the outcome final: it is returned as it is.
+	Stop
+)
+
+// Classifier decides whether an attempt's outcome is worth retrying. Exactly
+// one of resp and err is non-nil. It must not read resp.Body.
+type Classifier func(resp *http.Response, err error) Verdict
+
+// Retryable reports whether the built-in rules retry this outcome. Exactly one
+// of resp and err should be non-nil. It reads headers, never the body.
+//
+// Responses: x-should-retry (true or false) wins when present; otherwise 408,
+// 429, 500, 502, 503, 504 and 529 are transient and every other status final.
+//
+// Errors: transient unless a retry cannot help: the request's own context
+// ended, a certificate failed verification, the server does not speak TLS,
+// the host does not exist (DNS "not found"), or the request itself is
+// invalid (ErrInvalidRequest). Everything else, including errors net/http
+// reports without a type (an unexpected EOF, a closed idle connection), is a
+// network failure and transient.
+func Retryable(resp *http.Response, err error) bool {
+	if err != nil {
+		return retryableError(err)
+	}
+	if resp == nil {
+		return false
+	}
+	if v, ok := parseShouldRetry(resp.Header); ok {
+		return v
+	}
+	return retryableStatus(resp.StatusCode)
+}
+
+func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests,
+		http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout,
+		StatusOverloaded:
+		return true
+	}
+	return false
+}
+
+// StatusOverloaded is the non-standard 529 that Anthropic (and others) send
+// when the service as a whole is overloaded.
+const StatusOverloaded = 529
+
+func retryableError(err error) bool {
+	if errors.Is(err, errAttemptTimeout) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrBodyNotReplayable) {
+		return false
+	}
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalidCert x509.CertificateInvalidError
+	var recordErr tls.RecordHeaderError
+	if errors.As(err, &certErr) || errors.As(err, &unknownAuth) ||
+		errors.As(err, &hostErr) || errors.As(err, &invalidCert) ||
+		errors.As(err, &recordErr) {
+		return false
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return false
+	}
+	return true
+}
+
+// classify applies the user's classifier, then the built-in rules.
+func (p *policy) classify(resp *http.Response, err error) bool {
+	if p.classifier != nil {
+		switch p.classifier(resp, err) {
+		case Retry:
+			return true
+		case Stop:
+			return false
+		}
+	}
+	return Retryable(resp, err)
+}
+
+func maxDuration(a, b time.Duration) time.Duration {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// classify decides whether this call retries the outcome of its last attempt.
+func (c *call) classify(resp *http.Response, err error) bool {
+	return c.policy.classify(resp, err) && !c.unsafeToRetry(resp, err)
+}

@@ -1,0 +1,102 @@
+package retryhttp
+
+import (
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// maxDrain bounds how much of a superseded response body is read before it is
+// closed: enough for a typical error body, so the connection can be reused,
+// and no more, so a large or endless body does not hold the retry up.
+const maxDrain = 64 << 10
+
+// responseBody wraps the body of every response RoundTrip returns. It carries
+// the attempt count (see Attempts) and why retrying stopped, and runs done
+// once when the body is closed or read to EOF: that is when the attempt's
+// resources (its timeout context, later its concurrency slot) are released.
+type responseBody struct {
+	rc         io.ReadCloser
+	attempts   int
+	stopReason string
+	retryAt    time.Time
+	done       func()
+	finished   atomic.Bool
+}
+
+func (b *responseBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.finish()
+	}
+	return n, err
+}
+
+func (b *responseBody) Close() error {
+	err := b.rc.Close()
+	b.finish()
+	return err
+}
+
+func (b *responseBody) finish() {
+	if b.done != nil && b.finished.CompareAndSwap(false, true) {
+		b.done()
+	}
+}
+
+// readWriteBody keeps the io.ReadWriteCloser of a 101 Switching Protocols
+// response, so upgraded connections (WebSockets) work through the transport.
+type readWriteBody struct {
+	responseBody
+	w io.Writer
+}
+
+func (b *readWriteBody) Write(p []byte) (int, error) { return b.w.Write(p) }
+
+// wrapResponseBody installs the tracking body on resp.
+func wrapResponseBody(resp *http.Response, attempts int, stopReason string, done func()) {
+	rc := resp.Body
+	if rc == nil {
+		rc = http.NoBody
+	}
+	if rwc, ok := rc.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, stopReason: stopReason, done: done}, rwc}
+		return
+	}
+	resp.Body = &responseBody{rc: rc, attempts: attempts, stopReason: stopReason, done: done}
+}
+
+// trackedBody returns the tracking body of a response RoundTrip returned.
+func trackedBody(resp *http.Response) *responseBody {
+	if resp == nil {
+		return nil
+	}
+	switch b := resp.Body.(type) {
+	case *responseBody:
+		return b
+	case *readWriteBody:
+		return &b.responseBody
+	}
+	return nil
+}
+
+// Attempts returns how many attempts were made for a response that a
+// RetryTransport returned: 1 when it was not retried. It returns 0 for a nil
+// response or one that did not come from a RetryTransport.
+func Attempts(resp *http.Response) int {
+	if b := trackedBody(resp); b != nil {
+		return b.attempts
+	}
+	return 0
+}
+
+// discard drains a superseded response's body (bounded) and closes it, so
+// its connection goes back to the pool.
+func discard(resp *http.Response) {
+	if resp == nil || resp.Body == nil {
+		return
+	}
+	io.CopyN(io.Discard, resp.Body, maxDrain)
+	resp.Body.Close()
+}

@@ -1,0 +1,219 @@
+package retryhttp
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+)
+
+// RetryTransport is an http.RoundTripper that retries transient failures of
+// the RoundTripper it wraps. It is safe for concurrent use; make one with New
+// and share it, as you would an http.Transport.
+type RetryTransport struct {
+	cfg config
+}
+
+// New returns a RetryTransport that sends requests through base, configured by
+// opts. A nil base gets a pooled transport from go-cleanhttp (its own
+// connection pool, no shared global state).
+func New(base http.RoundTripper, opts ...Option) *RetryTransport {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(&cfg)
+		}
+	}
+	if base == nil {
+		base = cleanhttp.DefaultPooledTransport()
+	}
+	cfg.base = base
+	return &RetryTransport{cfg: cfg}
+}
+
+// CloseIdleConnections closes the idle connections of the base transport, if
+// it has that method (as http.Transport does). http.Client.CloseIdleConnections
+// calls it.
+func (t *RetryTransport) CloseIdleConnections() {
+	if c, ok := t.cfg.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// RoundTrip sends req, retrying transient failures as the policy allows.
+//
+// A request passes these stages on every attempt: admit (the request is valid
+// and may go now) → send (a fresh copy of the body) → classify (transient or
+// final) → wait (backoff or the server's wait, within the caller's deadline),
+// or return. It returns the last response with its body unread when retries
+// end on a response, and an *Error when they end on a transport error. The
+// caller's request is never modified.
+func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, err := t.begin(req)
+	if err != nil {
+		return nil, err
+	}
+	defer c.body.close()
+	for {
+		resp, err := c.send()
+		if !c.classify(resp, err) {
+			return c.finish(resp, err, "")
+		}
+		if c.ctx.Err() != nil {
+			return c.canceled(resp, err)
+		}
+		wait, stop := c.plan(resp)
+		if stop != "" {
+			return c.finish(resp, err, stop)
+		}
+		c.logRetry(resp, err, wait)
+		discard(resp)
+		if err := c.wait(wait); err != nil {
+			return c.canceled(nil, err)
+		}
+	}
+}
+
+// call is the state of one RoundTrip: the caller's request, the policy that
+// applies to it, its replayable body and what its attempts have done so far.
+type call struct {
+	t        *RetryTransport
+	req      *http.Request
+	ctx      context.Context
+	policy   *policy
+	body     *replayBody
+	header   http.Header // req.Header plus stamped headers; nil: req.Header as is
+	attempts int
+	prevWait time.Duration
+	retryAt  time.Time // set when retrying stops early for lack of time
+}
+
+// begin checks the request and prepares the call. A request that can never
+// succeed is refused here, before anything is sent.
+func (t *RetryTransport) begin(req *http.Request) (*call, error) {
+	if err := validateRequest(req); err != nil {
+		if req != nil && req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, &Error{Err: err, Method: methodOf(req), URL: redactURL(urlOf(req))}
+	}
+	c := &call{t: t, req: req, ctx: req.Context(), policy: &t.cfg.policy}
+	if opts := requestOptions(c.ctx); opts != nil {
+		c.policy = t.requestPolicy(opts)
+	}
+	c.body = newReplayBody(req, c.policy.maxBufferedBody)
+	c.header = c.policy.stampHeaders(req)
+	return c, nil
+}
+
+// send makes one attempt. The caller's request goes out untouched when
+// nothing about it needs to change; otherwise a shallow copy carries this
+// attempt's body, headers and context.
+func (c *call) send() (*http.Response, error) {
+	c.attempts++
+	c.logAttempt()
+	out, timeout, err := c.attemptRequest()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.t.cfg.base.RoundTrip(out)
+	release := timeout.headersArrived()
+	if err != nil {
+		err = timeout.explain(c.ctx, err)
+		if release != nil {
+			release()
+		}
+		return nil, err
+	}
+	if out != c.req {
+		resp.Request = c.req
+	}
+	wrapResponseBody(resp, c.attempts, "", release)
+	return resp, nil
+}
+
+// attemptRequest builds the request for this attempt.
+func (c *call) attemptRequest() (*http.Request, *attemptTimer, error) {
+	first := c.attempts == 1
+	if first && c.body.passThrough() && c.header == nil && c.policy.attemptTimeout == 0 {
+		if c.body != nil {
+			c.body.next() // the caller's body goes out as it is
+		}
+		return c.req, nil, nil
+	}
+	var body io.ReadCloser
+	var getBody func() (io.ReadCloser, error)
+	var length int64
+	if c.body != nil {
+		var err error
+		if body, getBody, length, err = c.body.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	ctx, timeout := c.ctx, (*attemptTimer)(nil)
+	if c.policy.attemptTimeout > 0 {
+		ctx, timeout = startAttemptTimer(c.ctx, c.t.cfg.clock, c.policy.attemptTimeout)
+	}
+	out := c.req.WithContext(ctx)
+	if c.header != nil {
+		out.Header = c.header
+	}
+	if c.body != nil {
+		out.Body, out.GetBody, out.ContentLength = body, getBody, length
+	}
+	return out, timeout, nil
+}
+
+// plan decides the wait before the next attempt, or why there is none.
+func (c *call) plan(resp *http.Response) (time.Duration, string) {
+	if c.attempts > c.policy.maxRetries {
+		return 0, "retries exhausted"
+	}
+	if err := c.body.replayError(); err != nil {
+		return 0, err.Error()
+	}
+	now := c.t.cfg.clock.Now()
+	wait, fromServer := c.policy.nextWait(resp, now, c.attempts, c.prevWait)
+	if fromServer && wait > c.policy.maxRetryAfter {
+		c.retryAt = now.Add(wait)
+		return 0, "server asked to wait " + wait.String() + ", longer than the limit " + c.policy.maxRetryAfter.String()
+	}
+	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait).After(deadline) {
+		c.retryAt = now.Add(wait)
+		return 0, "the next attempt (in " + wait.String() + ") would start after the request deadline"
+	}
+	c.prevWait = wait
+	return wait, ""
+}
+
+// finish returns the last outcome: the response itself, or an *Error for a
+// transport error.
+func (c *call) finish(resp *http.Response, err error, stop string) (*http.Response, error) {
+	if stop != "" {
+		c.logGiveUp(resp, err, stop)
+	}
+	if err == nil {
+		if b := trackedBody(resp); b != nil {
+			b.stopReason, b.retryAt = stop, c.retryAt
+		}
+		return resp, nil
+	}
+	e := c.transportError(err, stop)
+	e.RetryAt = c.retryAt
+	return nil, e
+}
+
+// canceled ends the call because the caller's context is done. The error
+// matches ctx.Err() with errors.Is.
+func (c *call) canceled(resp *http.Response, err error) (*http.Response, error) {
+	discard(resp)
+	cause := c.ctx.Err()
+	if err != nil && err != cause {
+		cause = joinErrors(cause, err)
+	}
+	e := c.transportError(cause, "the request context ended")
+	e.Retryable = false
+	return nil, e
+}

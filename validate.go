@@ -1,0 +1,82 @@
+package retryhttp
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// ErrInvalidRequest reports a request that can never succeed, however often it
+// is sent: no URL or host, a scheme other than http or https, or a method or
+// header that is not valid HTTP. It is detected before the first attempt.
+var ErrInvalidRequest = errors.New("retryhttp: invalid request")
+
+func validateRequest(req *http.Request) error {
+	switch {
+	case req == nil:
+		return fmt.Errorf("%w: nil request", ErrInvalidRequest)
+	case req.URL == nil:
+		return fmt.Errorf("%w: nil URL", ErrInvalidRequest)
+	case req.URL.Scheme != "http" && req.URL.Scheme != "https":
+		return fmt.Errorf("%w: unsupported protocol scheme %q", ErrInvalidRequest, req.URL.Scheme)
+	case req.URL.Host == "":
+		return fmt.Errorf("%w: no host in URL", ErrInvalidRequest)
+	case req.Method != "" && !isToken(req.Method):
+		return fmt.Errorf("%w: invalid method %q", ErrInvalidRequest, req.Method)
+	}
+	for name, values := range req.Header {
+		if !isToken(name) {
+			return fmt.Errorf("%w: invalid header field name %q", ErrInvalidRequest, name)
+		}
+		for _, v := range values {
+			if !validHeaderValue(v) {
+				return fmt.Errorf("%w: invalid value for header field %q", ErrInvalidRequest, name)
+			}
+		}
+	}
+	return nil
+}
+
+// isToken reports whether s is an RFC 9110 token (header names, methods).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 || !(c > ' ' && c < 0x7f) || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether v holds no control bytes but tab, as
+// net/http requires.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func methodOf(req *http.Request) string {
+	if req == nil || req.Method == "" {
+		if req == nil {
+			return ""
+		}
+		return http.MethodGet
+	}
+	return req.Method
+}
+
+func urlOf(req *http.Request) *url.URL {
+	if req == nil {
+		return nil
+	}
+	return req.URL
+}

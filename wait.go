@@ -1,0 +1,81 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// errAttemptTimeout marks an attempt cut off by WithAttemptTimeout. It is
+// transient: another attempt may well be faster.
+var errAttemptTimeout = errors.New("retryhttp: attempt timed out waiting for response headers")
+
+// nextWait returns the wait before the next attempt and whether the server
+// chose it. A positive server wait (Retry-After, retry-after-ms) is a floor:
+// the retry leaves no earlier, plus jitter so that callers told the same time
+// do not all return at the same instant. Without one, the backoff schedule
+// applies.
+func (p *policy) nextWait(resp *http.Response, now time.Time, retry int, prev time.Duration) (time.Duration, bool) {
+	if resp != nil {
+		if d, ok := ParseRetryAfter(resp.Header, now); ok && d > 0 {
+			if d > p.maxRetryAfter {
+				return d, true
+			}
+			return d + uniform(0, p.jitter, rand.Int64N), true
+		}
+	}
+	return p.backoff(retry, prev, rand.Int64N), false
+}
+
+// wait sleeps for d on the transport's clock, or until the request context
+// ends, whichever is first.
+func (c *call) wait(d time.Duration) error {
+	if d <= 0 {
+		return c.ctx.Err()
+	}
+	ch, stop := c.t.cfg.clock.NewTimer(d)
+	select {
+	case <-ch:
+		return nil
+	case <-c.ctx.Done():
+		stop()
+		return c.ctx.Err()
+	}
+}
+
+// attemptTimer bounds one attempt until its response headers arrive.
+type attemptTimer struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   func() bool
+}
+
+func startAttemptTimer(parent context.Context, clk Clock, d time.Duration) (context.Context, *attemptTimer) {
+	ctx, cancel := context.WithCancelCause(parent)
+	t := &attemptTimer{ctx: ctx, cancel: cancel}
+	t.stop = clk.AfterFunc(d, func() { cancel(errAttemptTimeout) })
+	return ctx, t
+}
+
+// headersArrived stops the timer, so reading the body is not timed, and
+// returns the function that releases the attempt's context once its body is
+// done with. A nil timer returns nil.
+func (t *attemptTimer) headersArrived() func() {
+	if t == nil {
+		return nil
+	}
+	t.stop()
+	return func() { t.cancel(context.Canceled) }
+}
+
+// explain marks err as an attempt timeout when the timer, and not the
+// caller's context, ended the attempt.
+func (t *attemptTimer) explain(parent context.Context, err error) error {
+	if t == nil || parent.Err() != nil || !errors.Is(context.Cause(t.ctx), errAttemptTimeout) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errAttemptTimeout, err)
+}
