@@ -5,4 +5,16 @@ module github.com/retryhttp/retryhttp
 // min/max builtins (1.21).
 go 1.22
 
-require github.com/hashicorp/go-cleanhttp v0.5.2
+require (
+	github.com/hashicorp/go-cleanhttp v0.5.2
+	github.com/jarcoal/httpmock v1.4.2
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/davecgh/go-spew v1.1.1 // indirect
+	github.com/kr/text v0.2.0 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
+	github.com/stretchr/testify v1.10.0
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)
