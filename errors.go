@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -48,7 +49,12 @@ func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("retryhttp: ")
 	if e.Method != "" {
-		b.WriteString(e.Method + " ")
+		// An invalid method is reported quoted, so it cannot break a log line.
+		if isToken(e.Method) {
+			b.WriteString(e.Method + " ")
+		} else {
+			b.WriteString(strconv.Quote(e.Method) + " ")
+		}
 	}
 	if hp := hostPath(e.URL); hp != "" {
 		b.WriteString(hp + ": ")
@@ -128,7 +134,7 @@ func (e *Error) kind() errorKind {
 	if quotaExhausted(e.ProviderType) {
 		return kindQuota
 	}
-	if e.ProviderType == "rate_limit_error" {
+	if e.ProviderType == "rate_limit_error" || e.ProviderType == "secondary_rate_limit" {
 		return kindRateLimited
 	}
 	if e.ProviderType == "overloaded_error" {
@@ -141,6 +147,9 @@ func (e *Error) kind() errorKind {
 		return kindOverloaded
 	case e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusGatewayTimeout:
 		return kindTimeout
+	case e.StatusCode == http.StatusNotImplemented || e.StatusCode == http.StatusHTTPVersionNotSupported:
+		// Permanent: "a temporary problem, try again shortly" would be untrue.
+		return kindUnknown
 	case e.StatusCode >= 500:
 		return kindServer
 	case e.StatusCode == http.StatusUnauthorized:
@@ -204,6 +213,7 @@ func (e *Error) when() string {
 func (c *call) transportError(err error, stop string) *Error {
 	return &Error{
 		Err:        err,
+		StatusCode: c.lastStatus,
 		Attempts:   c.attempts,
 		Retryable:  retryableError(err),
 		Method:     methodOf(c.req),
@@ -247,7 +257,7 @@ func responseError(resp *http.Response, now time.Time) *Error {
 		StatusCode: resp.StatusCode,
 		Attempts:   max(Attempts(resp), 1),
 		Retryable:  Retryable(resp, nil),
-		RequestID:  requestID(resp.Header),
+		RequestID:  cleanField(requestID(resp.Header)),
 	}
 	if resp.Request != nil {
 		e.Method, e.URL = methodOf(resp.Request), redactURL(resp.Request.URL)
@@ -266,8 +276,13 @@ func responseError(resp *http.Response, now time.Time) *Error {
 	if e.RetryAt.IsZero() && p.RetryIn > 0 {
 		e.RetryAt = now.Add(p.RetryIn)
 	}
-	if quotaExhausted(p.Type) {
+	switch {
+	case quotaExhausted(p.Type):
 		e.Retryable = false
+	case p.Type == "secondary_rate_limit":
+		// GitHub sends its secondary rate limit as a 403: a status-only
+		// verdict says "permanent", but waiting is exactly what helps.
+		e.Retryable = true
 	}
 	return e
 }
@@ -322,6 +337,7 @@ func parseProviderError(body []byte, contentType string) providerError {
 		p.Message = string(body)
 	}
 	p.Message = cleanMessage(p.Message)
+	p.Type, p.RequestID = cleanField(p.Type), cleanField(p.RequestID)
 	if d, ok := retryHint(p.Message); ok {
 		p.RetryIn = d
 	}
@@ -329,41 +345,43 @@ func parseProviderError(body []byte, contentType string) providerError {
 }
 
 func parseJSONError(body []byte, p *providerError) {
-	var doc struct {
-		Error            json.RawMessage `json:"error"`
-		Message          string          `json:"message"`
-		RequestID        string          `json:"request_id"`
-		DocumentationURL string          `json:"documentation_url"`
-	}
+	// Fields are read one by one, so a field of an unexpected type (a numeric
+	// "code", an object "message") loses only itself, not the whole body.
+	var doc map[string]json.RawMessage
 	if json.Unmarshal(body, &doc) != nil {
 		return
 	}
-	p.Message, p.RequestID = doc.Message, doc.RequestID
-	if strings.Contains(doc.DocumentationURL, "secondary-rate-limit") {
+	p.Message, p.RequestID = jsonString(doc["message"]), jsonString(doc["request_id"])
+	if strings.Contains(jsonString(doc["documentation_url"]), "secondary-rate-limit") {
 		p.Type = "secondary_rate_limit"
 	}
-	var inner struct {
-		Type    string          `json:"type"`
-		Message string          `json:"message"`
-		Code    json.RawMessage `json:"code"`
-	}
-	if json.Unmarshal(doc.Error, &inner) == nil {
-		p.Type = inner.Type
-		if p.Message == "" || inner.Message != "" {
-			p.Message = inner.Message
+	var inner map[string]json.RawMessage
+	if json.Unmarshal(doc["error"], &inner) == nil && inner != nil {
+		if t := jsonString(inner["type"]); t != "" {
+			p.Type = t
+		}
+		if m := jsonString(inner["message"]); m != "" {
+			p.Message = m
 		}
 		// OpenAI puts the precise reason ("insufficient_quota") in code and
 		// a broader one in type.
-		var code string
-		if json.Unmarshal(inner.Code, &code) == nil && code != "" {
+		if code := jsonString(inner["code"]); code != "" {
 			p.Type = code
 		}
 		return
 	}
-	var s string
-	if json.Unmarshal(doc.Error, &s) == nil && p.Message == "" {
+	if s := jsonString(doc["error"]); s != "" && p.Message == "" {
 		p.Message = s
 	}
+}
+
+// jsonString returns raw as a string if it is a JSON string, else "".
+func jsonString(raw json.RawMessage) string {
+	var s string
+	if len(raw) == 0 || json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
 }
 
 func looksLikeMarkup(body []byte, contentType string) bool {
@@ -372,28 +390,60 @@ func looksLikeMarkup(body []byte, contentType string) bool {
 
 // cleanMessage folds white space, drops invalid UTF-8 and control bytes,
 // bounds the length and redacts credentials a provider may echo back.
-func cleanMessage(s string) string {
+func cleanMessage(s string) string { return cleanText(s, maxMessage) }
+
+// maxField bounds the short fields taken from a server (provider error type,
+// request id).
+const maxField = 128
+
+// cleanField cleans a short server-supplied field, as cleanMessage does.
+func cleanField(s string) string { return cleanText(s, maxField) }
+
+// cleanText makes server-supplied text safe to log: valid UTF-8, no control
+// characters, white space folded, credentials redacted, at most n runes
+// (plus an ellipsis when cut). Redaction comes before the cut, so a
+// credential is never cut to a prefix that no longer looks like one.
+func cleanText(s string, n int) string {
 	if s == "" {
 		return ""
 	}
 	s = strings.ToValidUTF8(s, "")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return ' ' // also folds bidi overrides and zero-width marks
+		}
+		return r
+	}, s)
 	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) > maxMessage {
-		s = string([]rune(s)[:maxMessage]) + "…"
+	s = redactText(s)
+	if utf8.RuneCountInString(s) > n {
+		s = string([]rune(s)[:n]) + "…"
 	}
-	return redactText(s)
+	return s
 }
 
-var retryHintPattern = regexp.MustCompile(`(?i)try again in ([0-9]+(?:\.[0-9]+)?(?:ms|s|m|h)(?:[0-9]+(?:\.[0-9]+)?(?:ms|s))*)`)
+var (
+	retryHintPattern = regexp.MustCompile(`(?i)try again in ([0-9]{1,12}(?:\.[0-9]{1,9})?(?:ms|s|m|h)(?:[0-9]{1,12}(?:\.[0-9]{1,9})?(?:ms|s|m|h))*)\b`)
+	retryWordPattern = regexp.MustCompile(`(?i)try again in ([0-9]{1,12}(?:\.[0-9]{1,9})?) ?(milliseconds?|seconds?|secs?|minutes?|mins?|hours?)\b`)
+)
 
 // retryHint finds a suggested wait in a provider message, such as OpenAI's
-// "Please try again in 20s" or "in 6m0s".
+// "Please try again in 20s", "in 6m0s" or "in 1h2m3s", or in words ("try
+// again in 30 seconds").
 func retryHint(msg string) (time.Duration, bool) {
-	m := retryHintPattern.FindStringSubmatch(msg)
-	if m == nil {
+	var d time.Duration
+	var err error
+	if m := retryHintPattern.FindStringSubmatch(msg); m != nil {
+		d, err = time.ParseDuration(strings.ToLower(m[1]))
+	} else if m := retryWordPattern.FindStringSubmatch(msg); m != nil {
+		unit := map[byte]string{'m': "m", 's': "s", 'h': "h"}[strings.ToLower(m[2])[0]]
+		if strings.HasPrefix(strings.ToLower(m[2]), "milli") {
+			unit = "ms"
+		}
+		d, err = time.ParseDuration(m[1] + unit)
+	} else {
 		return 0, false
 	}
-	d, err := time.ParseDuration(m[1])
 	if err != nil || d <= 0 {
 		return 0, false
 	}

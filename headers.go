@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -48,10 +49,30 @@ func parseRetryAfterMs(v string) (time.Duration, bool) {
 		return 0, false
 	}
 	ms, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(ms) || ms < 0 {
+	if err != nil {
+		// A number too large for a float64 is still a number: a wait longer
+		// than any limit, as for Retry-After. Too small is 0.
+		if errors.Is(err, strconv.ErrRange) && looksNumeric(v) {
+			return clampWait(ms), true
+		}
+		return 0, false
+	}
+	// "NaN", "Inf" and "Infinity" parse as floats but are not a wait anyone
+	// sent on purpose: ignore them like any other garbage.
+	if math.IsNaN(ms) || math.IsInf(ms, 0) || ms < 0 {
 		return 0, false
 	}
 	return clampWait(ms * float64(time.Millisecond)), true
+}
+
+// looksNumeric reports whether v is written as a decimal number (digits, an
+// optional point, an optional exponent), not as NaN, Inf or hex.
+func looksNumeric(v string) bool {
+	v = strings.TrimPrefix(v, "+")
+	if v == "" || v[0] < '0' && v[0] != '.' || v[0] > '9' {
+		return false
+	}
+	return !strings.ContainsAny(v, "xXnNiI_")
 }
 
 func parseRetryAfterValue(v string, now time.Time) (time.Duration, bool) {
@@ -121,7 +142,7 @@ func looksLikeHugeDuration(v string) bool {
 		return false
 	}
 	switch v[i:] {
-	case "ns", "us", "µs", "ms", "s", "m", "h":
+	case "ns", "us", "\u00b5s", "\u03bcs", "ms", "s", "m", "h": // both micro signs, as time.ParseDuration
 		return true
 	}
 	return false

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,3 +77,28 @@ func scripted(t *testing.T, steps ...step) (*httpmock.MockTransport, func() []st
 var regexpAny = regexp.MustCompile(`^https://api\.test/`)
 
 func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(r) }
+
+// sequence is a base transport that answers any URL with the steps in order,
+// repeating the last one.
+func sequence(steps ...step) http.RoundTripper {
+	var mu sync.Mutex
+	i := 0
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		mu.Lock()
+		s := steps[min(i, len(steps)-1)]
+		i++
+		mu.Unlock()
+		if req.Body != nil {
+			io.Copy(io.Discard, req.Body)
+			req.Body.Close()
+		}
+		if s.err != nil {
+			return nil, s.err
+		}
+		h := http.Header{}
+		for k, v := range s.header {
+			h[k] = v
+		}
+		return &http.Response{StatusCode: s.status, Header: h, Body: io.NopCloser(strings.NewReader(s.body)), Request: req}, nil
+	})
+}

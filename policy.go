@@ -162,7 +162,7 @@ func WithClock(clk Clock) Option {
 
 // WithClassifier installs a classifier that is asked first about every
 // outcome. It returns Retry or Stop to decide, or Default to defer to the
-// built-in rules (see Classify).
+// built-in rules (see Retryable).
 func WithClassifier(f Classifier) Option {
 	return Option{func(c *config) { c.classifier = f }}
 }
@@ -219,6 +219,10 @@ func retryableStatus(code int) bool {
 	return false
 }
 
+// errNoOutcome reports a base RoundTripper that broke its contract by
+// returning neither a response nor an error. Sending again will not mend it.
+var errNoOutcome = errors.New("retryhttp: base RoundTripper returned no response and no error")
+
 // StatusOverloaded is the non-standard 529 that Anthropic (and others) send
 // when the service as a whole is overloaded.
 const StatusOverloaded = 529
@@ -230,7 +234,7 @@ func retryableError(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	if errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrBodyNotReplayable) {
+	if errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrBodyNotReplayable) || errors.Is(err, errNoOutcome) {
 		return false
 	}
 	var certErr *tls.CertificateVerificationError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -79,15 +80,16 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // call is the state of one RoundTrip: the caller's request, the policy that
 // applies to it, its replayable body and what its attempts have done so far.
 type call struct {
-	t        *RetryTransport
-	req      *http.Request
-	ctx      context.Context
-	policy   *policy
-	body     *replayBody
-	header   http.Header // req.Header plus stamped headers; nil: req.Header as is
-	attempts int
-	prevWait time.Duration
-	retryAt  time.Time // set when retrying stops early for lack of time
+	t          *RetryTransport
+	req        *http.Request
+	ctx        context.Context
+	policy     *policy
+	body       *replayBody
+	header     http.Header // req.Header plus stamped headers; nil: req.Header as is
+	attempts   int
+	lastStatus int // the last status seen, for errors after it
+	prevWait   time.Duration
+	retryAt    time.Time // set when retrying stops early for lack of time
 }
 
 // begin checks the request and prepares the call. A request that can never
@@ -119,6 +121,9 @@ func (c *call) send() (*http.Response, error) {
 		return nil, err
 	}
 	resp, err := c.t.cfg.base.RoundTrip(out)
+	if resp == nil && err == nil {
+		err = errNoOutcome
+	}
 	release := timeout.headersArrived()
 	if err != nil {
 		err = timeout.explain(c.ctx, err)
@@ -127,9 +132,10 @@ func (c *call) send() (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if out != c.req {
-		resp.Request = c.req
+	if resp.Request == nil || resp.Request == out {
+		resp.Request = c.req // the caller's request, not our per-attempt copy
 	}
+	c.lastStatus = resp.StatusCode
 	wrapResponseBody(resp, c.attempts, "", release)
 	return resp, nil
 }
@@ -172,7 +178,7 @@ func (c *call) plan(resp *http.Response) (time.Duration, string) {
 		return 0, "retries exhausted"
 	}
 	if err := c.body.replayError(); err != nil {
-		return 0, err.Error()
+		return 0, strings.TrimPrefix(err.Error(), "retryhttp: ")
 	}
 	now := c.t.cfg.clock.Now()
 	wait, fromServer := c.policy.nextWait(resp, now, c.attempts, c.prevWait)

@@ -1,0 +1,91 @@
+package retryhttp
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// draws returns a draw function that always picks the given fraction of the
+// range, so jittered waits can be checked exactly.
+func draws(fraction float64) func(int64) int64 {
+	return func(n int64) int64 { return int64(float64(n-1) * fraction) }
+}
+
+func policyWith(opts ...Option) *policy {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	return &cfg.policy
+}
+
+func TestDefaultScheduleIsContract(t *testing.T) {
+	p := policyWith()
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 32}
+	for i, w := range want {
+		assert.Equal(t, w*time.Second, p.backoff(i+1, 0, draws(0)), "retry %d, no jitter drawn", i+1)
+		assert.Equal(t, w*time.Second+time.Second-1, p.backoff(i+1, 0, draws(1)), "retry %d, most jitter", i+1)
+	}
+}
+
+func TestJitterStillAppliesAtTheCap(t *testing.T) {
+	p := policyWith(WithBackoff(time.Second, 4*time.Second), WithJitter(500*time.Millisecond))
+	assert.Equal(t, 4*time.Second+250*time.Millisecond, p.backoff(10, 0, func(n int64) int64 { return n / 2 }))
+}
+
+func TestBackoffNeverOverflows(t *testing.T) {
+	p := policyWith(WithBackoff(time.Second, time.Duration(math.MaxInt64)), WithJitter(0), WithBackoffMultiplier(10))
+	for _, retry := range []int{1, 30, 63, 64, 1000, math.MaxInt32, math.MaxInt} {
+		d := p.backoff(retry, 0, draws(0))
+		assert.Positive(t, d, "retry %d", retry)
+	}
+	assert.Equal(t, time.Duration(math.MaxInt64), p.backoff(1000, 0, draws(0)))
+}
+
+func TestMultiplierAndCap(t *testing.T) {
+	p := policyWith(WithBackoff(100*time.Millisecond, time.Second), WithBackoffMultiplier(3), WithJitter(0))
+	got := []time.Duration{}
+	for k := 1; k <= 4; k++ {
+		got = append(got, p.backoff(k, 0, draws(0)))
+	}
+	assert.Equal(t, []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 900 * time.Millisecond, time.Second}, got)
+}
+
+func TestMultiplierBelowOneIsConstant(t *testing.T) {
+	for _, f := range []float64{0.5, 0, -2, math.NaN()} {
+		p := policyWith(WithBackoffMultiplier(f), WithJitter(0))
+		assert.Equal(t, time.Second, p.backoff(5, 0, draws(0)), "multiplier %v", f)
+	}
+}
+
+func TestFullJitterDrawsBelowTheExponential(t *testing.T) {
+	p := policyWith(WithJitterStrategy(FullJitter))
+	assert.Equal(t, time.Duration(0), p.backoff(3, 0, draws(0)))
+	assert.Equal(t, 4*time.Second-1, p.backoff(3, 0, draws(1)))
+	assert.Equal(t, 32*time.Second-1, p.backoff(50, 0, draws(1)), "capped")
+}
+
+func TestDecorrelatedJitterGrowsFromThePreviousWait(t *testing.T) {
+	p := policyWith(WithJitterStrategy(DecorrelatedJitter))
+	assert.Equal(t, time.Second, p.backoff(1, 0, draws(0)), "first wait starts at base")
+	assert.Equal(t, 3*time.Second-1, p.backoff(1, 0, draws(1)), "first wait below 3·base")
+	assert.Equal(t, 15*time.Second-1, p.backoff(2, 5*time.Second, draws(1)), "below 3·previous")
+	assert.Equal(t, 32*time.Second-1, p.backoff(9, 20*time.Second, draws(1)), "capped")
+	assert.Equal(t, time.Second, p.backoff(9, 20*time.Second, draws(0)), "never below base")
+}
+
+func TestNegativeOptionsAreClamped(t *testing.T) {
+	p := policyWith(WithBackoff(-time.Second, -time.Minute), WithJitter(-time.Second), WithMaxRetries(-3))
+	assert.Equal(t, time.Duration(0), p.backoff(4, 0, draws(1)))
+	assert.Equal(t, 0, p.maxRetries)
+}
+
+func TestJitterStrategyNames(t *testing.T) {
+	assert.Equal(t, "additive", AdditiveJitter.String())
+	assert.Equal(t, "full", FullJitter.String())
+	assert.Equal(t, "decorrelated", DecorrelatedJitter.String())
+	assert.Equal(t, "unknown", JitterStrategy(42).String())
+}
