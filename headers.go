@@ -2,7 +2,6 @@ package retryhttp
 
 import (
 	"errors"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -48,25 +47,22 @@ func parseRetryAfterMs(v string) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
+	// Decimal only: "NaN", "Inf" and hex floats parse as floats but are not
+	// a wait anyone sent on purpose.
+	if !looksNumeric(v) {
+		return 0, false
+	}
 	ms, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		// A number too large for a float64 is still a number: a wait longer
-		// than any limit, as for Retry-After. Too small is 0.
-		if errors.Is(err, strconv.ErrRange) && looksNumeric(v) {
-			return clampWait(ms), true
-		}
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return 0, false
 	}
-	// "NaN", "Inf" and "Infinity" parse as floats but are not a wait anyone
-	// sent on purpose: ignore them like any other garbage.
-	if math.IsNaN(ms) || math.IsInf(ms, 0) || ms < 0 {
-		return 0, false
-	}
+	// Out of range is +Inf (a number too large for a float64 is still a
+	// number: a wait longer than any limit, as for Retry-After) or 0.
 	return clampWait(ms * float64(time.Millisecond)), true
 }
 
-// looksNumeric reports whether v is written as a decimal number (digits, an
-// optional point, an optional exponent), not as NaN, Inf or hex.
+// looksNumeric reports whether v starts like a non-negative decimal number,
+// and is not NaN, Inf or hex (strconv.ParseFloat judges the rest).
 func looksNumeric(v string) bool {
 	v = strings.TrimPrefix(v, "+")
 	if v == "" || v[0] < '0' && v[0] != '.' || v[0] > '9' {

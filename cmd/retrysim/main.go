@@ -32,6 +32,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hashicorp/go-cleanhttp"
+
 	"github.com/retryhttp/retryhttp"
 )
 
@@ -134,8 +136,10 @@ func run(ctx context.Context, w io.Writer, cfg config, extra ...retryhttp.Option
 	fmt.Fprintf(w, "provider: each attempt fails with probability %g (503, 529 overloaded, 429 with Retry-After: 1); script seed %d\n\n",
 		cfg.failRate, cfg.seed)
 
-	// The plain client is what most programs use: the default transport.
-	plain := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	// Both clients get the same kind of connection pool (go-cleanhttp's
+	// pooled transport, which retryhttp.New(nil) wraps), so the table compares
+	// retrying, not pool sizes.
+	plain := &http.Client{Transport: cleanhttp.DefaultPooledTransport()}
 	opts := append([]retryhttp.Option{retryhttp.WithMaxRetries(cfg.maxRetries)}, extra...)
 	retrying := &http.Client{Transport: retryhttp.New(nil, opts...)}
 

@@ -1,0 +1,48 @@
+// Package retryhttp is a drop-in http.RoundTripper that lets an HTTP client
+// ride out rate limits, overloads and flaky networks.
+//
+// Set it as an http.Client's Transport, or hand such a client to a vendor
+// SDK with the SDK's own retries turned off:
+//
+//	client := &http.Client{Transport: retryhttp.New(nil)}
+//
+// # The model
+//
+// Every request passes the same stages on every attempt:
+//
+//  1. admit: the request is checked once (a request that can never succeed,
+//     such as one with an unsupported scheme or an invalid header, is refused
+//     before anything is sent);
+//  2. send: the attempt goes out with a fresh, byte-identical copy of the body
+//     (req.GetBody, a rewound io.Seeker, or a bounded buffer teed from the
+//     first attempt) and, if set, its own timeout;
+//  3. classify: 408, 429, 500, 502, 503, 504, 529 and network errors are
+//     transient, everything else final; x-should-retry overrides the status,
+//     and WithClassifier can decide first;
+//  4. wait: the server's Retry-After or retry-after-ms is a floor; otherwise
+//     exponential backoff with jitter (1s, 2s, 4s, 8s, 16s, each plus up to
+//     1s, by default). A wait the server asks for that is longer than
+//     WithMaxRetryAfter, or one that would end past the context's deadline,
+//     ends retrying at once: the caller gets the last outcome now rather than
+//     a failure later.
+//
+// The outcome is the last response, returned with its body unread and its
+// type kept (a 101 body stays an io.ReadWriteCloser), or an *Error when the
+// last attempt ended in a transport error. Bodies of superseded attempts are
+// drained (up to 64 KiB) and closed so connections are reused; response
+// bodies are never buffered, so streams pass straight through.
+//
+// # Errors
+//
+// CheckResponse turns any (resp, err) pair into an *Error for statuses of 400
+// and above. It carries the status, attempts, whether retrying later may
+// help and when, and what the provider said (its error type, message and
+// request id). Error() is for logs; UserMessage is a calm sentence for end
+// users. Neither ever holds credentials: URLs, error texts, log lines and
+// hook arguments are redacted.
+//
+// # Time
+//
+// All waits go through a Clock (WithClock), so tests can run a whole retry
+// schedule without sleeping through it.
+package retryhttp
