@@ -40,6 +40,11 @@ type Error struct {
 	Message      string // the provider's message, bounded and redacted
 	RequestID    string // the provider's request id (request-id, x-request-id)
 	StopReason   string // why retrying stopped early, if it did ("retries exhausted", ...)
+
+	// decidedAt is when RetryAt was worked out, on the clock that worked it
+	// out (the transport's, which tests may fake), so UserMessage phrases
+	// the wait as the transport saw it. Zero: the system clock.
+	decidedAt time.Time
 }
 
 // Error returns the technical summary: method, host and path, status,
@@ -64,8 +69,11 @@ func (e *Error) Error() string {
 	} else {
 		b.WriteString("request failed")
 	}
-	if e.ProviderType != "" || e.Message != "" {
-		b.WriteString(" (" + strings.TrimPrefix(e.ProviderType+": "+e.Message, ": ") + ")")
+	switch {
+	case e.ProviderType != "" && e.Message != "":
+		b.WriteString(" (" + e.ProviderType + ": " + e.Message + ")")
+	case e.ProviderType != "" || e.Message != "":
+		b.WriteString(" (" + e.ProviderType + e.Message + ")")
 	}
 	fmt.Fprintf(&b, " after %d attempt%s", e.Attempts, plural(e.Attempts))
 	if e.RequestID != "" {
@@ -131,6 +139,11 @@ var userMessages = map[errorKind]string{
 }
 
 func (e *Error) kind() errorKind {
+	// The caller gave up: whatever the server said before, it was not the
+	// end of the story. (An attempt timeout also carries context.Canceled.)
+	if e.Err != nil && errors.Is(e.Err, context.Canceled) && !errors.Is(e.Err, errAttemptTimeout) {
+		return kindCanceled
+	}
 	if quotaExhausted(e.ProviderType) {
 		return kindQuota
 	}
@@ -197,7 +210,11 @@ func (e *Error) when() string {
 	if e.RetryAt.IsZero() {
 		return "in a moment"
 	}
-	d := time.Until(e.RetryAt)
+	now := e.decidedAt
+	if now.IsZero() {
+		now = time.Now()
+	}
+	d := e.RetryAt.Sub(now)
 	switch {
 	case d < 10*time.Second:
 		return "in a few seconds"
@@ -216,9 +233,11 @@ func (c *call) transportError(err error, stop string) *Error {
 		StatusCode: c.lastStatus,
 		Attempts:   c.attempts,
 		Retryable:  retryableError(err),
+		RetryAt:    c.retryAt,
 		Method:     methodOf(c.req),
 		URL:        redactURL(c.req.URL),
 		StopReason: stop,
+		decidedAt:  c.t.cfg.clock.Now(),
 	}
 }
 
@@ -262,9 +281,12 @@ func responseError(resp *http.Response, now time.Time) *Error {
 	if resp.Request != nil {
 		e.Method, e.URL = methodOf(resp.Request), redactURL(resp.Request.URL)
 	}
-	if b := trackedBody(resp); b != nil {
+	if b := trackedBody(resp); b != nil && !b.decidedAt.IsZero() {
+		// The transport decided on its own clock; read the headers on it too.
+		now = b.decidedAt
 		e.StopReason, e.RetryAt = b.stopReason, b.retryAt
 	}
+	e.decidedAt = now
 	if d, ok := ParseRetryAfter(resp.Header, now); ok && e.RetryAt.IsZero() {
 		e.RetryAt = now.Add(d)
 	}

@@ -20,7 +20,8 @@ type responseBody struct {
 	rc         io.ReadCloser
 	attempts   int
 	stopReason string
-	retryAt    time.Time
+	retryAt    time.Time // when retrying stopped early for lack of time
+	decidedAt  time.Time // the transport clock's time when it returned an error status
 	done       func()
 	finished   atomic.Bool
 }

@@ -201,14 +201,12 @@ func (c *call) finish(resp *http.Response, err error, stop string) (*http.Respon
 		c.logGiveUp(resp, err, stop)
 	}
 	if err == nil {
-		if b := trackedBody(resp); b != nil {
-			b.stopReason, b.retryAt = stop, c.retryAt
+		if b := trackedBody(resp); b != nil && (resp.StatusCode >= 400 || stop != "") {
+			b.stopReason, b.retryAt, b.decidedAt = stop, c.retryAt, c.t.cfg.clock.Now()
 		}
 		return resp, nil
 	}
-	e := c.transportError(err, stop)
-	e.RetryAt = c.retryAt
-	return nil, e
+	return nil, c.transportError(err, stop)
 }
 
 // canceled ends the call because the caller's context is done. The error

@@ -609,3 +609,13 @@ func TestConcurrentUseIsSafe(t *testing.T) {
 	wg.Wait()
 	assert.Zero(t, failed.Load())
 }
+
+func TestUserMessagePhrasesTheWaitOnTheTransportsClock(t *testing.T) {
+	mock, _ := scripted(t, step{status: 429, header: http.Header{"Retry-After": {"120"}}})
+	resp, err := New(mock, WithClock(autoClock())).RoundTrip(get(t, "https://api.test/x"))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	e := CheckResponse(resp, nil).(*Error)
+	assert.Equal(t, testStart.Add(2*time.Minute), e.RetryAt)
+	assert.Contains(t, e.UserMessage(), "in about 2 minutes")
+}

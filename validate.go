@@ -9,8 +9,8 @@ import (
 )
 
 // ErrInvalidRequest reports a request that can never succeed, however often it
-// is sent: no URL or host, a scheme other than http or https, or a method or
-// header that is not valid HTTP. It is detected before the first attempt.
+// is sent: no URL or host, a scheme other than http or https, or a method,
+// host or header that is not valid HTTP. It is detected before the first attempt.
 var ErrInvalidRequest = errors.New("retryhttp: invalid request")
 
 func validateRequest(req *http.Request) error {
@@ -23,6 +23,10 @@ func validateRequest(req *http.Request) error {
 		return fmt.Errorf("%w: unsupported protocol scheme %q", ErrInvalidRequest, req.URL.Scheme)
 	case req.URL.Host == "":
 		return fmt.Errorf("%w: no host in URL", ErrInvalidRequest)
+	case !validHost(req.URL.Host):
+		return fmt.Errorf("%w: invalid host %q", ErrInvalidRequest, req.URL.Host)
+	case req.Host != "" && !validHost(req.Host):
+		return fmt.Errorf("%w: invalid host %q", ErrInvalidRequest, req.Host)
 	case req.Method != "" && !isToken(req.Method):
 		return fmt.Errorf("%w: invalid method %q", ErrInvalidRequest, req.Method)
 	}
@@ -47,6 +51,19 @@ func isToken(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x80 || !(c > ' ' && c < 0x7f) || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// validHost reports whether h can be sent as a Host header. net/http refuses
+// the rest with an untyped error, which would otherwise be retried as a
+// network failure; a line break in it would also split the request. Bytes
+// from 0x80 up pass: net/http converts international names to punycode.
+func validHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c <= ' ' || c == 0x7f || strings.IndexByte("\"#/<>?@\\^`{|}", c) >= 0 {
 			return false
 		}
 	}
