@@ -144,6 +144,9 @@ func (e *Error) kind() errorKind {
 	if e.Err != nil && errors.Is(e.Err, context.Canceled) && !errors.Is(e.Err, errAttemptTimeout) {
 		return kindCanceled
 	}
+	if errors.Is(e.Err, ErrRateLimited) {
+		return kindRateLimited
+	}
 	if quotaExhausted(e.ProviderType) {
 		return kindQuota
 	}
@@ -185,6 +188,8 @@ func errKind(err error) errorKind {
 	switch {
 	case err == nil:
 		return kindUnknown
+	case errors.Is(err, ErrRateLimited):
+		return kindRateLimited
 	case errors.Is(err, errAttemptTimeout), errors.Is(err, context.DeadlineExceeded):
 		return kindTimeout
 	case errors.Is(err, context.Canceled):

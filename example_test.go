@@ -799,9 +799,10 @@ func ExampleError_UserMessage() {
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close() // connections to it are refused
 
-	// No retries, so the example shows each failure at once.
+	// No retries, so the example shows each failure at once. The 429 comes
+	// last: it pauses every request to its host for the 30s it asks for.
 	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithMaxRetries(0))}
-	for _, url := range []string{srv.URL + "/overloaded", srv.URL + "/rate-limited", srv.URL + "/unauthorized", gone.URL} {
+	for _, url := range []string{srv.URL + "/overloaded", srv.URL + "/unauthorized", gone.URL, srv.URL + "/rate-limited"} {
 		resp, err := client.Get(url)
 		if resp != nil {
 			resp.Body.Close()
@@ -813,9 +814,9 @@ func ExampleError_UserMessage() {
 	}
 	// Output:
 	// The service is very busy at the moment. Please try again in a few minutes.
-	// The service is receiving too many requests right now. Please try again in about 30 seconds.
 	// We couldn't sign in to the service. Please check that the access key is set up correctly.
 	// We couldn't reach the service. Please check your connection and try again.
+	// The service is receiving too many requests right now. Please try again in about 30 seconds.
 }
 
 // ParseRetryAfter reads the wait a server asked for, in every form seen in

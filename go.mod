@@ -11,6 +11,8 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
+require golang.org/x/time v0.10.0 // indirect
+
 require (
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/kr/text v0.2.0 // indirect

@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -191,4 +192,787 @@ func requestID(h http.Header) string {
 		}
 	}
 	return ""
+}
+
+// ParseRateLimits reads the rate-limit state that the headers of one response
+// describe, at time now, normalised across the header families servers use.
+// It never fails: a value that cannot be read leaves its field unset, and a
+// response without rate-limit headers yields the zero RateLimits (one pass
+// over the header keys, no allocation). Keys are matched in canonical form,
+// as http.Header.Get does.
+//
+// Families, most specific first. When several describe the same dimension,
+// the first in this list that says anything about it supplies that
+// dimension's whole Quota (fields are never mixed across families, whose
+// windows may differ):
+//
+//   - Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}.
+//   - OpenAI: x-ratelimit-{limit,remaining,reset}-{requests,tokens}, and
+//     Azure OpenAI's spelling x-rate-limit-{limit,remaining,reset}-{requests,tokens};
+//     per field the x-ratelimit- spelling wins, the other fills gaps.
+//   - IETF draft, current: RateLimit: "default";r=50;t=30 with
+//     RateLimit-Policy: "default";q=100;w=60 (RFC 9651 lists). An item is
+//     matched to its policy by name: r is Remaining, t the delay to Reset,
+//     q the Limit, w the Window. A policy whose qu parameter or name says
+//     tokens maps to Tokens (InputTokens or OutputTokens if it also says
+//     input/prompt or output/completion); qu="requests" or no qu and a plain
+//     name map to Requests; other units (content-bytes, concurrent-requests)
+//     are ignored. Of several items for one dimension the one with the least
+//     remaining (then the later reset) is reported; a policy without an item
+//     gives its Limit only if no item covers its dimension. Malformed list
+//     members are skipped, not fatal; at most 32 members per field are read.
+//   - IETF draft, older: RateLimit-Limit (first number of "100, 100;w=60"),
+//     RateLimit-Remaining, RateLimit-Reset, as Requests.
+//   - GitHub and most others: X-RateLimit-Limit, -Remaining, -Reset, as
+//     Requests; X-RateLimit-Used gives Remaining = Limit - Used when Remaining
+//     is missing; X-RateLimit-Reset-After (Discord: delay-seconds) is preferred
+//     to X-RateLimit-Reset, being immune to clock skew.
+//   - X (Twitter): x-rate-limit-limit, -remaining, -reset, as Requests.
+//
+// Limit and Remaining are non-negative decimal integers (a list value gives
+// its first item; digits beyond int64 read as math.MaxInt64; negative or
+// non-integer values are ignored). Remaining above Limit is reported as given.
+//
+// A reset is read, in this order, as:
+//   - a decimal number (fraction allowed): Unix milliseconds if it is at
+//     least 1e12 and within a year of now; else Unix seconds if at least 1e9
+//     and within a year of now; else delay-seconds. This tells apart the
+//     delta, epoch and epoch-millisecond X-RateLimit-Reset values servers
+//     send, and survives an epoch sent where a delay was specified (or the
+//     reverse);
+//   - a Go duration with a unit ("6m0s", "20ms", "1m30.5s"), the delay OpenAI
+//     sends;
+//   - an RFC 3339 timestamp, with or without fractional seconds (Anthropic);
+//   - an HTTP-date in any form http.ParseTime accepts.
+//
+// Negative values are ignored. A reset in the past is reported as now (the
+// window has already refilled as far as the server's clock tells), so a
+// non-zero Reset is never before now; resets are capped at 100 years after
+// now so arithmetic on them cannot overflow. Window is the IETF policy window
+// of the dimension that supplied it (Requests first) and is likewise capped.
+func ParseRateLimits(h http.Header, now time.Time) RateLimits {
+	if !hasRateLimitKey(h) {
+		return RateLimits{}
+	}
+	return parseRateLimits(h, now)
+}
+
+// hasRateLimitKey is the cheap pass every response pays: it only looks at
+// the first bytes of each canonical key.
+func hasRateLimitKey(h http.Header) bool {
+	for k := range h {
+		if len(k) < len("Ratelimit") {
+			continue
+		}
+		// Byte tests before string compares: most keys fail on the first
+		// or third byte, and X-Request-Id and the like on the fourth.
+		switch k[0] {
+		case 'R':
+			if k[1] == 'a' && k[:9] == "Ratelimit" {
+				return true
+			}
+		case 'X':
+			if k[2] == 'R' && k[3] == 'a' &&
+				(strings.HasPrefix(k, "X-Ratelimit-") || strings.HasPrefix(k, "X-Rate-Limit-")) {
+				return true
+			}
+		case 'A':
+			if k[1] == 'n' && strings.HasPrefix(k, "Anthropic-Ratelimit-") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rlFields holds the raw values of one family's headers for one dimension.
+type rlFields struct{ limit, remaining, reset string }
+
+// rlHeaders holds the raw rate-limit header values of one response, by
+// family, as found in one pass over the header map.
+type rlHeaders struct {
+	anthropic [4]rlFields // by Dimension
+	openai    [2]rlFields // Requests, Tokens; x-ratelimit-*-requests|tokens
+	azure     [2]rlFields // Requests, Tokens; x-rate-limit-*-requests|tokens
+	ietf      []string    // RateLimit field lines
+	policy    []string    // RateLimit-Policy field lines
+	ietfOld   rlFields
+	generic   rlFields // X-RateLimit-*
+	used      string   // X-RateLimit-Used
+	resetAft  string   // X-RateLimit-Reset-After
+	twitter   rlFields // X-Rate-Limit-*
+}
+
+func parseRateLimits(h http.Header, now time.Time) RateLimits {
+	var c rlHeaders
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		c.collect(k, vs)
+	}
+
+	// Per family, what it says about each dimension, most specific first.
+	var out RateLimits
+	var windows [4]time.Duration
+	// take gives dimension d the quota q of a family unless a more specific
+	// family, taken earlier, already said something about d.
+	take := func(d Dimension, q *Quota, w time.Duration) {
+		if dst := out.Quota(d); !dst.Known() && q.Known() {
+			*dst = *q
+			windows[d] = w
+		}
+	}
+
+	for _, d := range dimensions {
+		q := c.anthropic[d].quota(now)
+		take(d, &q, 0)
+	}
+
+	for i, d := range [...]Dimension{Requests, Tokens} {
+		q := mergeQuota(c.openai[i].quota(now), c.azure[i].quota(now))
+		take(d, &q, 0)
+	}
+
+	if len(c.ietf) > 0 || len(c.policy) > 0 {
+		q, w := parseIETFRateLimit(c.ietf, c.policy, now)
+		for _, d := range dimensions {
+			take(d, &q[d], w[d])
+		}
+	}
+
+	if q := c.ietfOld.quota(now); q.Known() {
+		take(Requests, &q, ietfOldWindow(c.ietfOld.limit, c.policy, q))
+	}
+
+	g := c.generic.quota(now)
+	if !g.HasRemaining && g.HasLimit && c.used != "" {
+		if used, ok := parseRateCount(c.used); ok && used <= g.Limit {
+			g.Remaining, g.HasRemaining = g.Limit-used, true
+		}
+	}
+	if c.resetAft != "" {
+		if t, ok := parseResetAt(c.resetAft, now); ok {
+			g.Reset = t
+		}
+	}
+	take(Requests, &g, 0)
+
+	q := c.twitter.quota(now)
+	take(Requests, &q, 0)
+
+	out.Window = windows[Requests]
+	for _, w := range windows {
+		if out.Window == 0 {
+			out.Window = w
+		}
+	}
+	return out
+}
+
+// collect files the first value of one header (all lines of the structured
+// fields) under its family. Unknown keys are ignored.
+func (c *rlHeaders) collect(k string, vs []string) {
+	v := vs[0]
+	switch k {
+	case "Anthropic-Ratelimit-Requests-Limit":
+		c.anthropic[Requests].limit = v
+	case "Anthropic-Ratelimit-Requests-Remaining":
+		c.anthropic[Requests].remaining = v
+	case "Anthropic-Ratelimit-Requests-Reset":
+		c.anthropic[Requests].reset = v
+	case "Anthropic-Ratelimit-Tokens-Limit":
+		c.anthropic[Tokens].limit = v
+	case "Anthropic-Ratelimit-Tokens-Remaining":
+		c.anthropic[Tokens].remaining = v
+	case "Anthropic-Ratelimit-Tokens-Reset":
+		c.anthropic[Tokens].reset = v
+	case "Anthropic-Ratelimit-Input-Tokens-Limit":
+		c.anthropic[InputTokens].limit = v
+	case "Anthropic-Ratelimit-Input-Tokens-Remaining":
+		c.anthropic[InputTokens].remaining = v
+	case "Anthropic-Ratelimit-Input-Tokens-Reset":
+		c.anthropic[InputTokens].reset = v
+	case "Anthropic-Ratelimit-Output-Tokens-Limit":
+		c.anthropic[OutputTokens].limit = v
+	case "Anthropic-Ratelimit-Output-Tokens-Remaining":
+		c.anthropic[OutputTokens].remaining = v
+	case "Anthropic-Ratelimit-Output-Tokens-Reset":
+		c.anthropic[OutputTokens].reset = v
+
+	case "X-Ratelimit-Limit-Requests":
+		c.openai[0].limit = v
+	case "X-Ratelimit-Remaining-Requests":
+		c.openai[0].remaining = v
+	case "X-Ratelimit-Reset-Requests":
+		c.openai[0].reset = v
+	case "X-Ratelimit-Limit-Tokens":
+		c.openai[1].limit = v
+	case "X-Ratelimit-Remaining-Tokens":
+		c.openai[1].remaining = v
+	case "X-Ratelimit-Reset-Tokens":
+		c.openai[1].reset = v
+	case "X-Rate-Limit-Limit-Requests":
+		c.azure[0].limit = v
+	case "X-Rate-Limit-Remaining-Requests":
+		c.azure[0].remaining = v
+	case "X-Rate-Limit-Reset-Requests":
+		c.azure[0].reset = v
+	case "X-Rate-Limit-Limit-Tokens":
+		c.azure[1].limit = v
+	case "X-Rate-Limit-Remaining-Tokens":
+		c.azure[1].remaining = v
+	case "X-Rate-Limit-Reset-Tokens":
+		c.azure[1].reset = v
+
+	case "Ratelimit":
+		c.ietf = vs
+	case "Ratelimit-Policy":
+		c.policy = vs
+	case "Ratelimit-Limit":
+		c.ietfOld.limit = v
+	case "Ratelimit-Remaining":
+		c.ietfOld.remaining = v
+	case "Ratelimit-Reset":
+		c.ietfOld.reset = v
+
+	case "X-Ratelimit-Limit":
+		c.generic.limit = v
+	case "X-Ratelimit-Remaining":
+		c.generic.remaining = v
+	case "X-Ratelimit-Reset":
+		c.generic.reset = v
+	case "X-Ratelimit-Used":
+		c.used = v
+	case "X-Ratelimit-Reset-After":
+		c.resetAft = v
+
+	case "X-Rate-Limit-Limit":
+		c.twitter.limit = v
+	case "X-Rate-Limit-Remaining":
+		c.twitter.remaining = v
+	case "X-Rate-Limit-Reset":
+		c.twitter.reset = v
+	}
+}
+
+func (f *rlFields) quota(now time.Time) Quota {
+	var q Quota
+	if *f == (rlFields{}) {
+		return q
+	}
+	q.Limit, q.HasLimit = parseRateCount(f.limit)
+	q.Remaining, q.HasRemaining = parseRateCount(f.remaining)
+	q.Reset, _ = parseResetAt(f.reset, now)
+	return q
+}
+
+// mergeQuota fills the fields a lacks from b: two spellings of one family's
+// headers describe the same window, so mixing them is sound.
+func mergeQuota(a, b Quota) Quota {
+	if !a.HasLimit {
+		a.Limit, a.HasLimit = b.Limit, b.HasLimit
+	}
+	if !a.HasRemaining {
+		a.Remaining, a.HasRemaining = b.Remaining, b.HasRemaining
+	}
+	if a.Reset.IsZero() {
+		a.Reset = b.Reset
+	}
+	return a
+}
+
+// parseRateCount reads a limit or remaining count: a non-negative decimal
+// integer, or the first item of a list ("100, 100;w=60"). Digits beyond
+// int64 are a count larger than anything real, read as math.MaxInt64.
+func parseRateCount(v string) (int64, bool) {
+	for i := 0; i < len(v); i++ {
+		if v[i] == ',' || v[i] == ';' {
+			v = v[:i]
+			break
+		}
+	}
+	v = trimOWS(v)
+	if !isDigits(v) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return math.MaxInt64, true
+	}
+	return n, true
+}
+
+// parseResetAt reads a reset time; see ParseRateLimits for the forms.
+func parseResetAt(v string, now time.Time) (time.Time, bool) {
+	v = trimOWS(v)
+	if v == "" {
+		return time.Time{}, false
+	}
+	if intPart, frac, ok := splitDecimal(v); ok {
+		return resetFromNumber(intPart, frac, now), true
+	}
+	if d, ok := parseGoDuration(v); ok {
+		return now.Add(d), true
+	}
+	if v[0] >= '0' && v[0] <= '9' && len(v) >= len("2006-01-02T15:04:05Z") && v[4] == '-' {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			return clampReset(t, now), true
+		}
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return clampReset(t, now), true
+	}
+	return time.Time{}, false
+}
+
+// splitDecimal splits "123" or "123.45" into its integer digits and its
+// fraction digits; ok is false for anything else (signs, exponents, NaN).
+func splitDecimal(v string) (intPart, frac string, ok bool) {
+	intPart, frac, dot := strings.Cut(v, ".")
+	if !isDigits(intPart) || dot && !isDigits(frac) {
+		return "", "", false
+	}
+	return intPart, frac, true
+}
+
+// resetFromNumber applies the magnitude rule of ParseRateLimits.
+func resetFromNumber(intPart, frac string, now time.Time) time.Time {
+	n, err := strconv.ParseInt(intPart, 10, 64)
+	if err != nil { // more digits than int64: no epoch, a delay beyond any cap
+		return now.Add(maxServerWait)
+	}
+	const yearMs = 366 * 24 * 3600 * 1000
+	if n >= 1_000_000_000_000 {
+		if d := n - now.UnixMilli(); d > -yearMs && d < yearMs {
+			return clampReset(time.UnixMilli(n).Add(fracOf(frac, time.Millisecond)), now)
+		}
+	}
+	if n >= epochFloor && looksLikeEpoch(n, now) {
+		return clampReset(time.Unix(n, int64(fracOf(frac, time.Second))), now)
+	}
+	if n >= int64(maxServerWait/time.Second) {
+		return now.Add(maxServerWait)
+	}
+	return now.Add(min(time.Duration(n)*time.Second+fracOf(frac, time.Second), maxServerWait))
+}
+
+// fracOf returns the fraction ".frac" of unit, to the nanosecond; digits
+// beyond nanoseconds are dropped.
+func fracOf(frac string, unit time.Duration) time.Duration {
+	var d time.Duration
+	scale := unit
+	for i := 0; i < len(frac) && scale >= 10; i++ {
+		scale /= 10
+		d += time.Duration(frac[i]-'0') * scale
+	}
+	return d
+}
+
+// clampReset keeps an absolute reset within [now, now+maxServerWait], in
+// now's location so all resets print alike.
+func clampReset(t, now time.Time) time.Time {
+	if !t.After(now) {
+		return now
+	}
+	if t.Sub(now) >= maxServerWait {
+		return now.Add(maxServerWait)
+	}
+	return t.In(now.Location())
+}
+
+// parseWindow reads a policy window in seconds (fraction allowed), capped.
+func parseWindow(v string) (time.Duration, bool) {
+	intPart, frac, ok := splitDecimal(v)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(intPart, 10, 64)
+	if err != nil || n >= int64(maxServerWait/time.Second) {
+		return maxServerWait, true
+	}
+	return min(time.Duration(n)*time.Second+fracOf(frac, time.Second), maxServerWait), true
+}
+
+func trimOWS(v string) string {
+	for v != "" && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for v != "" && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	return v
+}
+
+// maxSFMembers bounds the members read from one structured field, so a
+// hostile header cannot make matching items to policies quadratic in its
+// size. Real servers send one to three.
+const maxSFMembers = 32
+
+// sfMember is one member of an RFC 9651 list, reduced to what the IETF
+// rate-limit fields use.
+type sfMember struct {
+	name          string // the bare item when it is a string or token
+	num           string // the bare item when it is a number
+	r, t, q, w    string // those parameters' values, raw; "" when absent
+	qu            string // the quota unit parameter (a string or token)
+	isName, isNum bool
+}
+
+// ietfPolicy is one RateLimit-Policy member, read.
+type ietfPolicy struct {
+	name   string
+	dim    Dimension
+	ok     bool // dim is one we model
+	limit  int64
+	hasLim bool
+	window time.Duration
+}
+
+// parseIETFRateLimit reads the current draft's RateLimit and
+// RateLimit-Policy fields (see ParseRateLimits).
+func parseIETFRateLimit(items, policies []string, now time.Time) (q [4]Quota, w [4]time.Duration) {
+	var buf [4]ietfPolicy
+	pols := buf[:0]
+	sfEachMember(policies, func(m *sfMember) {
+		if !m.isName {
+			return // an older draft's numeric policy; see ietfOldWindow
+		}
+		p := ietfPolicy{name: m.name}
+		p.dim, p.ok = ietfDimension(m.name, m.qu)
+		p.limit, p.hasLim = parseRateCount(m.q)
+		if m.w != "" {
+			p.window, _ = parseWindow(m.w)
+		}
+		pols = append(pols, p)
+	})
+
+	var fromItem [4]bool
+	sfEachMember(items, func(m *sfMember) {
+		if !m.isName {
+			return
+		}
+		var p *ietfPolicy
+		for i := range pols {
+			if pols[i].name == m.name {
+				p = &pols[i]
+				break
+			}
+		}
+		var dim Dimension
+		var ok bool
+		if p != nil {
+			dim, ok = p.dim, p.ok
+		} else {
+			dim, ok = ietfDimension(m.name, m.qu)
+		}
+		if !ok {
+			return
+		}
+		var c Quota
+		c.Remaining, c.HasRemaining = parseRateCount(m.r)
+		c.Reset, _ = parseResetAt(m.t, now)
+		var win time.Duration
+		if p != nil {
+			c.Limit, c.HasLimit = p.limit, p.hasLim
+			win = p.window
+		}
+		if !c.Known() {
+			return
+		}
+		if !fromItem[dim] || tighter(c, q[dim]) {
+			q[dim], w[dim], fromItem[dim] = c, win, true
+		}
+	})
+
+	for _, p := range pols {
+		if p.ok && p.hasLim && !fromItem[p.dim] && !q[p.dim].Known() {
+			q[p.dim] = Quota{Limit: p.limit, HasLimit: true}
+			w[p.dim] = p.window
+		}
+	}
+	return q, w
+}
+
+// tighter reports whether quota a binds before b: it has less remaining,
+// or as much and a later reset.
+func tighter(a, b Quota) bool {
+	if a.HasRemaining != b.HasRemaining {
+		return a.HasRemaining
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.Reset.After(b.Reset)
+}
+
+// ietfDimension maps a policy to a dimension by its quota unit or, without
+// one, its name. The draft defines the units requests, content-bytes and
+// concurrent-requests; LLM servers that count tokens say so in the unit or
+// the name.
+func ietfDimension(name, qu string) (Dimension, bool) {
+	if qu != "" && !containsFold(qu, "token") {
+		return Requests, strings.EqualFold(qu, "requests")
+	}
+	if qu == "" && !containsFold(name, "token") {
+		return Requests, true
+	}
+	for _, s := range [...]string{qu, name} {
+		switch {
+		case containsFold(s, "input") || containsFold(s, "prompt"):
+			return InputTokens, true
+		case containsFold(s, "output") || containsFold(s, "completion"):
+			return OutputTokens, true
+		}
+	}
+	return Tokens, true
+}
+
+// containsFold reports whether s contains the lower-case ASCII sub, ignoring
+// ASCII case, without allocating.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// ietfOldWindow finds the window of the older draft's policy matching the
+// limit: "RateLimit-Limit: 100, 100;w=60", or a numeric RateLimit-Policy
+// "100;w=60". Zero when none says.
+func ietfOldWindow(limit string, policies []string, q Quota) time.Duration {
+	var win time.Duration
+	found := false
+	look := func(m *sfMember) {
+		if found || !m.isNum || m.w == "" {
+			return
+		}
+		if n, ok := parseRateCount(m.num); ok && (!q.HasLimit || n == q.Limit) {
+			win, found = parseWindow(m.w)
+		}
+	}
+	sfEachMember([]string{limit}, look)
+	sfEachMember(policies, look)
+	return win
+}
+
+// sfEachMember calls f with each member of an RFC 9651 list given as field
+// lines (several lines are one list, as if joined by commas). Unlike a
+// strict parser it skips a malformed member instead of rejecting the field,
+// and reads at most maxSFMembers members.
+func sfEachMember(lines []string, f func(*sfMember)) {
+	n := 0
+	for _, v := range lines {
+		i := 0
+		for n < maxSFMembers {
+			i = skipOWS(v, i)
+			if i >= len(v) {
+				break
+			}
+			n++
+			var m sfMember
+			j, ok := sfParseMember(v, i, &m)
+			if ok {
+				j = skipOWS(v, j)
+				ok = j >= len(v) || v[j] == ','
+			}
+			if ok {
+				f(&m)
+			} else {
+				j = sfSkipMember(v, i)
+			}
+			if j >= len(v) {
+				break
+			}
+			i = j + 1 // past the comma
+		}
+	}
+}
+
+func skipOWS(v string, i int) int {
+	for i < len(v) && (v[i] == ' ' || v[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// sfSkipMember returns the index of the comma ending the member that starts
+// at i (or len(v)), stepping over quoted strings.
+func sfSkipMember(v string, i int) int {
+	inStr := false
+	for ; i < len(v); i++ {
+		switch c := v[i]; {
+		case inStr && c == '\\':
+			i++
+		case c == '"':
+			inStr = !inStr
+		case !inStr && c == ',':
+			return i
+		}
+	}
+	return len(v)
+}
+
+// sfParseMember parses an item with its parameters at v[i:], returning the
+// index after it. Inner lists and bare-item types the rate-limit fields do
+// not use are reported as malformed.
+func sfParseMember(v string, i int, m *sfMember) (int, bool) {
+	val, kind, j, ok := sfParseBare(v, i)
+	if !ok {
+		return i, false
+	}
+	switch kind {
+	case sfString, sfToken:
+		m.name, m.isName = val, true
+	case sfNumber:
+		m.num, m.isNum = val, true
+	}
+	for {
+		k := skipOWS(v, j) // lenient: RFC 9651 allows no space before ';'
+		if k >= len(v) || v[k] != ';' {
+			return j, true
+		}
+		j = skipOWS(v, k+1)
+		start := j
+		for j < len(v) && isSFKeyChar(v[j], j == start) {
+			j++
+		}
+		if j == start {
+			return j, false
+		}
+		key := v[start:j]
+		pv := "?1" // a parameter without a value is Boolean true
+		if j < len(v) && v[j] == '=' {
+			pv, _, j, ok = sfParseBare(v, j+1)
+			if !ok {
+				return j, false
+			}
+		}
+		switch key {
+		case "r":
+			m.r = pv
+		case "t":
+			m.t = pv
+		case "q":
+			m.q = pv
+		case "w":
+			m.w = pv
+		case "qu":
+			m.qu = pv
+		}
+	}
+}
+
+// isSFKeyChar reports whether c may appear in a parameter key (RFC 9651
+// §3.1.2; upper case accepted too, leniently).
+func isSFKeyChar(c byte, first bool) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '*':
+		return true
+	case first:
+		return false
+	}
+	return c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
+}
+
+// Bare-item kinds the parser tells apart.
+const (
+	sfString = iota
+	sfToken
+	sfNumber
+	sfBoolean
+	sfOther // byte sequence, date or display string: only skipped over
+)
+
+// sfParseBare parses a bare item at v[i:]: a string (unescaped), a token,
+// a number (raw, sign included) or a boolean.
+func sfParseBare(v string, i int) (val string, kind, next int, ok bool) {
+	if i >= len(v) {
+		return "", 0, i, false
+	}
+	switch c := v[i]; {
+	case c == '"':
+		return sfParseString(v, i)
+	case c == '-' || c >= '0' && c <= '9':
+		j := i
+		if c == '-' {
+			j++
+		}
+		digits := j
+		for j < len(v) && (v[j] >= '0' && v[j] <= '9' || v[j] == '.') {
+			j++
+		}
+		if j == digits {
+			return "", 0, j, false
+		}
+		return v[i:j], sfNumber, j, true
+	case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '*':
+		j := i + 1
+		for j < len(v) && isTokenChar(v[j]) {
+			j++
+		}
+		return v[i:j], sfToken, j, true
+	case c == '?':
+		if i+1 < len(v) && (v[i+1] == '0' || v[i+1] == '1') {
+			return v[i : i+2], sfBoolean, i + 2, true
+		}
+	case c == ':': // byte sequence, as the draft's pk parameter: kept raw
+		if j := strings.IndexByte(v[i+1:], ':'); j >= 0 {
+			return v[i : i+j+2], sfOther, i + j + 2, true
+		}
+	case c == '@': // date: a number of seconds
+		if j := i + 1; j < len(v) && (v[j] == '-' || v[j] >= '0' && v[j] <= '9') {
+			_, _, k, ok := sfParseBare(v, j)
+			return v[i:k], sfOther, k, ok
+		}
+	case c == '%': // display string: a quoted string, kept raw
+		if i+1 < len(v) && v[i+1] == '"' {
+			_, _, k, ok := sfParseString(v, i+1)
+			return v[i:k], sfOther, k, ok
+		}
+	}
+	return "", 0, i, false
+}
+
+// isTokenChar reports whether c may continue an sf-token: tchar, ":" or "/".
+func isTokenChar(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~:/", c) >= 0
+}
+
+// sfParseString parses a quoted string at v[i]; only \" and \\ escapes are
+// valid. It allocates only when the string has escapes.
+func sfParseString(v string, i int) (string, int, int, bool) {
+	escaped := false
+	for j := i + 1; j < len(v); j++ {
+		switch c := v[j]; {
+		case c == '\\':
+			if j+1 >= len(v) || v[j+1] != '"' && v[j+1] != '\\' {
+				return "", 0, j, false
+			}
+			escaped = true
+			j++
+		case c == '"':
+			s := v[i+1 : j]
+			if escaped {
+				var b strings.Builder
+				for k := 0; k < len(s); k++ {
+					if s[k] == '\\' {
+						k++
+					}
+					b.WriteByte(s[k])
+				}
+				s = b.String()
+			}
+			return s, sfString, j + 1, true
+		case c < 0x20 || c >= 0x7f:
+			return "", 0, j, false
+		}
+	}
+	return "", 0, len(v), false
 }

@@ -35,6 +35,15 @@ type config struct {
 	logger *slog.Logger
 	clock  Clock
 	hooks  Hooks
+	// tokenEstimator is the user's WithTokenEstimator; nil means
+	// DefaultTokenEstimator. Transport-wide: WithTokens sets counts per request.
+	tokenEstimator func(*http.Request) (input, output int)
+
+	keyFunc        func(*http.Request) string
+	limits         Limits
+	limitBurst     time.Duration
+	maxConcurrency int
+
 	policy
 }
 
@@ -54,6 +63,7 @@ type policy struct {
 	classifier       Classifier
 	idempotencyKey   bool
 	idempotencyGuard bool
+	maxQueueWait     time.Duration
 }
 
 func defaultConfig() config {
@@ -205,7 +215,20 @@ func Retryable(resp *http.Response, err error) bool {
 	if v, ok := parseShouldRetry(resp.Header); ok {
 		return v
 	}
+	if resp.StatusCode == http.StatusForbidden {
+		return rateLimited403(resp.Header)
+	}
 	return retryableStatus(resp.StatusCode)
+}
+
+// rateLimited403 reports a 403 that is a rate limit, not a refusal: GitHub
+// sends its primary rate limit as 403 with x-ratelimit-remaining: 0, and
+// secondary limits with a Retry-After.
+func rateLimited403(h http.Header) bool {
+	if h.Get("Retry-After") != "" {
+		return true
+	}
+	return h.Get("X-Ratelimit-Remaining") == "0"
 }
 
 func retryableStatus(code int) bool {
@@ -254,7 +277,8 @@ func retryableError(err error) bool {
 	return true
 }
 
-// classify applies the user's classifier, then the built-in rules.
+// classify applies the user's classifier, then the built-in rules, then the
+// rules only an error body can settle (see bodyVerdict).
 func (p *policy) classify(resp *http.Response, err error) bool {
 	if p.classifier != nil {
 		switch p.classifier(resp, err) {
@@ -264,7 +288,40 @@ func (p *policy) classify(resp *http.Response, err error) bool {
 			return false
 		}
 	}
+	if resp != nil {
+		if _, stated := parseShouldRetry(resp.Header); !stated {
+			if v, ok := bodyVerdict(resp); ok {
+				return v
+			}
+		}
+	}
 	return Retryable(resp, err)
+}
+
+// maxVerdictBody bounds the peek at 403 and 429 bodies.
+const maxVerdictBody = 16 << 10
+
+// bodyVerdict settles the two cases where real APIs make a status-only
+// verdict wrong, by peeking at the error body (bounded, and put back):
+//
+//   - a 429 whose body says the quota or billing is used up (OpenAI's
+//     insufficient_quota) is permanent: waiting will not refill it;
+//   - a 403 whose body names GitHub's secondary rate limit is transient:
+//     waiting is exactly what helps.
+func bodyVerdict(resp *http.Response) (retry, ok bool) {
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusForbidden:
+	default:
+		return false, false
+	}
+	p := parseProviderError(peekBody(resp, maxVerdictBody), resp.Header.Get("Content-Type"))
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests && quotaExhausted(p.Type):
+		return false, true
+	case resp.StatusCode == http.StatusForbidden && p.Type == "secondary_rate_limit":
+		return true, true
+	}
+	return false, false
 }
 
 func maxDuration(a, b time.Duration) time.Duration {

@@ -14,7 +14,9 @@ import (
 // the RoundTripper it wraps. It is safe for concurrent use; make one with New
 // and share it, as you would an http.Transport.
 type RetryTransport struct {
-	cfg config
+	cfg       config
+	upstreams upstreamTable
+	slots     slots
 }
 
 // New returns a RetryTransport that sends requests through base, configured by
@@ -31,7 +33,7 @@ func New(base http.RoundTripper, opts ...Option) *RetryTransport {
 		base = cleanhttp.DefaultPooledTransport()
 	}
 	cfg.base = base
-	return &RetryTransport{cfg: cfg}
+	return &RetryTransport{cfg: cfg, slots: newSlots(cfg.maxConcurrency)}
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, if
@@ -58,7 +60,12 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	defer c.body.close()
 	for {
-		resp, err := c.send()
+		a, err := c.admit()
+		if err != nil {
+			return c.refused(err)
+		}
+		resp, err := c.send(a)
+		c.observe(a, resp)
 		if !c.classify(resp, err) {
 			return c.finish(resp, err, "")
 		}
@@ -81,6 +88,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // applies to it, its replayable body and what its attempts have done so far.
 type call struct {
 	t          *RetryTransport
+	key        upstreamKey
 	req        *http.Request
 	ctx        context.Context
 	policy     *policy
@@ -90,6 +98,9 @@ type call struct {
 	lastStatus int // the last status seen, for errors after it
 	prevWait   time.Duration
 	retryAt    time.Time // set when retrying stops early for lack of time
+
+	estimated           bool // inTokens and outTokens hold the estimate
+	inTokens, outTokens int
 }
 
 // begin checks the request and prepares the call. A request that can never
@@ -101,7 +112,7 @@ func (t *RetryTransport) begin(req *http.Request) (*call, error) {
 		}
 		return nil, &Error{Err: err, Method: methodOf(req), URL: redactURL(urlOf(req))}
 	}
-	c := &call{t: t, req: req, ctx: req.Context(), policy: &t.cfg.policy}
+	c := &call{t: t, key: t.keyOf(req), req: req, ctx: req.Context(), policy: &t.cfg.policy}
 	if opts := requestOptions(c.ctx); opts != nil {
 		c.policy = t.requestPolicy(opts)
 	}
@@ -113,18 +124,19 @@ func (t *RetryTransport) begin(req *http.Request) (*call, error) {
 // send makes one attempt. The caller's request goes out untouched when
 // nothing about it needs to change; otherwise a shallow copy carries this
 // attempt's body, headers and context.
-func (c *call) send() (*http.Response, error) {
+func (c *call) send(a admission) (*http.Response, error) {
 	c.attempts++
 	c.logAttempt()
 	out, timeout, err := c.attemptRequest()
 	if err != nil {
+		c.t.release(a)
 		return nil, err
 	}
 	resp, err := c.t.cfg.base.RoundTrip(out)
 	if resp == nil && err == nil {
 		err = errNoOutcome
 	}
-	release := timeout.headersArrived()
+	release := c.t.releaser(a, timeout.headersArrived())
 	if err != nil {
 		err = timeout.explain(c.ctx, err)
 		if release != nil {
@@ -207,6 +219,16 @@ func (c *call) finish(resp *http.Response, err error, stop string) (*http.Respon
 		return resp, nil
 	}
 	return nil, c.transportError(err, stop)
+}
+
+// refused ends a call that was not admitted: an *Error from the admit stage
+// (ErrRateLimited), or the context's error while waiting to be admitted.
+func (c *call) refused(err error) (*http.Response, error) {
+	if e, ok := err.(*Error); ok {
+		c.logGiveUp(nil, err, e.StopReason)
+		return nil, e
+	}
+	return c.canceled(nil, err)
 }
 
 // canceled ends the call because the caller's context is done. The error

@@ -14,13 +14,12 @@ import (
 var errAttemptTimeout = errors.New("retryhttp: attempt timed out waiting for response headers")
 
 // nextWait returns the wait before the next attempt and whether the server
-// chose it. A positive server wait (Retry-After, retry-after-ms) is a floor:
-// the retry leaves no earlier, plus jitter so that callers told the same time
-// do not all return at the same instant. Without one, the backoff schedule
-// applies.
+// chose it. A positive server wait (see serverWait) is a floor: the retry
+// leaves no earlier, plus jitter so that callers told the same time do not
+// all return at the same instant. Without one, the backoff schedule applies.
 func (p *policy) nextWait(resp *http.Response, now time.Time, retry int, prev time.Duration) (time.Duration, bool) {
 	if resp != nil {
-		if d, ok := ParseRetryAfter(resp.Header, now); ok && d > 0 {
+		if d, ok := serverWait(resp, now); ok && d > 0 {
 			if d > p.maxRetryAfter {
 				return d, true
 			}
@@ -28,6 +27,41 @@ func (p *policy) nextWait(resp *http.Response, now time.Time, retry int, prev ti
 		}
 	}
 	return p.backoff(retry, prev, rand.Int64N), false
+}
+
+// rateLimitFallbackWait is the wait after a rate-limit 403 that names no
+// time (GitHub's secondary limits): GitHub asks for at least a minute.
+const rateLimitFallbackWait = time.Minute
+
+// serverWait is how long a response asks the client to wait: Retry-After or
+// retry-after-ms; for a rate limit (429, or a 403 classified as one) without
+// them, until the exhausted quota resets; for a rate-limit 403 naming no time
+// at all, a minute.
+func serverWait(resp *http.Response, now time.Time) (time.Duration, bool) {
+	if d, ok := ParseRetryAfter(resp.Header, now); ok {
+		return d, true
+	}
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusForbidden {
+		return 0, false
+	}
+	if until := exhaustedUntil(ParseRateLimits(resp.Header, now)); until.After(now) {
+		return until.Sub(now), true
+	}
+	if resp.StatusCode == http.StatusForbidden {
+		return rateLimitFallbackWait, true
+	}
+	return 0, false
+}
+
+// exhaustedUntil is the latest reset among the quotas that are used up.
+func exhaustedUntil(l RateLimits) time.Time {
+	var until time.Time
+	for _, d := range dimensions {
+		if q := l.Quota(d); q.Exhausted() && q.Reset.After(until) {
+			until = q.Reset
+		}
+	}
+	return until
 }
 
 // wait sleeps for d on the transport's clock, or until the request context

@@ -13,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,15 +133,9 @@ func newPOST() *http.Request {
 // run sends b.N requests through rt and reads and closes every response, as
 // a caller would. The request is built inside the loop because a body can be
 // sent only once; every contender pays the same for that.
-//
-// Besides wall time it reports cpu-ns/op: the CPU time the whole process
-// (garbage collector included) spent per request. On a shared machine other
-// processes stretch wall time at random; they do not add to our CPU time, so
-// this column stays comparable when sec/op is noisy.
 func run(b *testing.B, rt http.RoundTripper, newReq func() *http.Request) {
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		resp, err := rt.RoundTrip(newReq())
 		if err != nil {
@@ -151,17 +144,6 @@ func run(b *testing.B, rt http.RoundTripper, newReq func() *http.Request) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime returns the user and system CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // The sub-benchmarks are named impl=<contender> so that

@@ -1,0 +1,135 @@
+package retryhttp
+
+import (
+	"net/http"
+	"time"
+)
+
+// The admit stage: before each attempt, wait until the upstream may take it
+// (past a hold, at the paced slot, within client-side limits), then take a
+// concurrency slot. A request that could not be admitted in time fails at
+// once with ErrRateLimited instead of waiting to fail. Waiting here does not
+// use up retries: WithMaxRetries counts attempts sent.
+
+// admission is an admitted attempt: what observe reports to, and what to
+// release when the attempt is done.
+type admission struct {
+	pass    pass
+	hasSlot bool
+}
+
+func (c *call) admit() (admission, error) {
+	t := c.t
+	now := t.cfg.clock.Now()
+	u := t.upstreams.get(c.key, now, t.newUpstream)
+	start, w, p := u.schedule(now, c.policy.jitter)
+	var booked reservation
+	if u.limits != nil {
+		in, out := c.tokens()
+		var at time.Time
+		if at, booked = u.limits.reserve(now, in, out); at.After(start) {
+			start = at
+		}
+	}
+	if err := c.admissible(now, start); err != nil {
+		booked.cancel(now)
+		if w != nil {
+			u.claim(w)
+		}
+		return admission{}, err
+	}
+	if w != nil {
+		var err error
+		if start, p, err = c.awaitProbe(u, w, start); err != nil {
+			booked.cancel(now)
+			return admission{}, err
+		}
+	}
+	if err := c.sleepUntil(start); err != nil {
+		booked.cancel(now)
+		return admission{}, err
+	}
+	if err := t.slots.acquire(c.ctx); err != nil {
+		return admission{}, err
+	}
+	return admission{pass: p, hasSlot: t.slots != nil}, nil
+}
+
+// admissible fails the request at once when its start would fall past the
+// caller's deadline or beyond the longest wait allowed.
+func (c *call) admissible(now, start time.Time) error {
+	wait := start.Sub(now)
+	if wait <= 0 {
+		return nil
+	}
+	limit := c.policy.maxQueueWait
+	if limit == 0 {
+		limit = c.policy.maxRetryAfter
+	}
+	deadline, hasDeadline := c.ctx.Deadline()
+	if wait <= limit && (!hasDeadline || !start.After(deadline)) {
+		return nil
+	}
+	e := c.transportError(ErrRateLimited, "the upstream's quota frees up in "+wait.Round(time.Millisecond).String()+", later than the request can wait")
+	e.Retryable, e.RetryAt = true, start
+	return e
+}
+
+// awaitProbe waits for the upstream's probe to answer, or for the waiter's
+// ramp time, whichever comes first, and returns when to start.
+func (c *call) awaitProbe(u *upstream, w *waiter, rampAt time.Time) (time.Time, pass, error) {
+	ch, stop := c.t.cfg.clock.NewTimer(rampAt.Sub(c.t.cfg.clock.Now()))
+	defer stop()
+	select {
+	case <-w.released:
+	case <-ch:
+	case <-c.ctx.Done():
+		u.claim(w)
+		return time.Time{}, pass{}, c.ctx.Err()
+	}
+	slot, seq := u.claim(w)
+	if slot.IsZero() {
+		slot = c.t.cfg.clock.Now()
+	}
+	return slot, pass{u: u, seq: seq}, nil
+}
+
+// sleepUntil waits on the transport's clock until start.
+func (c *call) sleepUntil(start time.Time) error {
+	if d := start.Sub(c.t.cfg.clock.Now()); d > 0 {
+		return c.wait(d)
+	}
+	return c.ctx.Err()
+}
+
+// tokens returns the request's token estimate, computed once per call.
+func (c *call) tokens() (int, int) {
+	if !c.estimated {
+		c.inTokens, c.outTokens = c.t.cfg.estimateTokens(c.req)
+		c.estimated = true
+	}
+	return c.inTokens, c.outTokens
+}
+
+// newUpstream makes the state of an upstream seen for the first time.
+func (t *RetryTransport) newUpstream() *upstream {
+	return &upstream{limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst)}
+}
+
+// observe reports what an attempt's response says about the upstream: its
+// rate-limit headers, and a hold when it answered 429 or asked for a wait.
+func (c *call) observe(a admission, resp *http.Response) {
+	if a.pass.u == nil {
+		return
+	}
+	now := c.t.cfg.clock.Now()
+	var limits RateLimits
+	var hold time.Duration
+	if resp != nil {
+		limits = ParseRateLimits(resp.Header, now)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			hold, _ = ParseRetryAfter(resp.Header, now)
+		}
+	}
+	a.pass.observe(now, limits, hold, resp != nil)
+}

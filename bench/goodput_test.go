@@ -1,0 +1,245 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/hashicorp/go-cleanhttp"
+	"github.com/hashicorp/go-retryablehttp"
+	"github.com/retryhttp/retryhttp"
+)
+
+// The goodput scenario of issue 3: a burst of 500 requests from 50 callers
+// against a provider that allows 100 requests per second with a burst of 10.
+const (
+	goodputWorkers    = 50
+	goodputPerWorker  = 10 // sequential requests per worker
+	goodputRequests   = goodputWorkers * goodputPerWorker
+	goodputReqTimeout = 60 * time.Second // per request, retries included, so nothing hangs
+	goodputRunTimeout = 5 * time.Minute  // the whole scenario, whatever a contender does
+)
+
+// chatBody is a small chat-completion request, the kind of call the scenario
+// stands for. Every contender sends it as a replayable body.
+var chatBody = []byte(`{"model":"bench-model","max_tokens":16,"messages":[{"role":"user","content":"Say ok."}]}`)
+
+// goodputContender builds one way of sending requests over base.
+type goodputContender struct {
+	name string
+	wrap func(base http.RoundTripper) http.RoundTripper
+}
+
+// goodputContenders returns each library as its users get it out of the box:
+// default settings, nothing tuned for this provider. Only go-retryablehttp's
+// logger is silenced (it writes a line per attempt to stderr) and its inner
+// client is pointed at the shared base transport kind.
+func goodputContenders() []goodputContender {
+	return []goodputContender{
+		{"bare", func(base http.RoundTripper) http.RoundTripper { return base }},
+		{"retryablehttp", func(base http.RoundTripper) http.RoundTripper {
+			rc := retryablehttp.NewClient() // 4 retries, 1s..30s, Retry-After honoured on 429/503
+			rc.Logger = nil
+			rc.HTTPClient = &http.Client{Transport: base}
+			return &retryablehttp.RoundTripper{Client: rc}
+		}},
+		{"failsafe", func(base http.RoundTripper) http.RoundTripper {
+			// failsafehttp's HTTP retry policy with its defaults: 2 retries,
+			// waiting Retry-After on 429/503 and not at all otherwise.
+			return failsafehttp.NewRoundTripper(base, failsafehttp.NewRetryPolicyBuilder().Build())
+		}},
+		{"retryhttp", func(base http.RoundTripper) http.RoundTripper { return retryhttp.New(base) }},
+	}
+}
+
+// BenchmarkGoodput runs the goodput scenario once per iteration for every
+// header family and contender. Run it with -benchtime 1x: one scenario is
+// several seconds of wall time, and that wall time is the measurement.
+//
+// An op is one scenario of 500 requests. Metrics: x-ideal is wall time over
+// the ideal (n − burst)/rate = 4.9 s; attempts/op are requests the provider
+// received; 429/op are 429s it sent; saw429/op are logical requests that got
+// at least one 429; failed/op are requests whose final outcome was an error
+// or a status other than 200. ns/op is the scenario's wall time.
+func BenchmarkGoodput(b *testing.B) {
+	for _, fam := range []string{FamilyOpenAI, FamilyAnthropic, FamilyIETF} {
+		b.Run("family="+fam, func(b *testing.B) {
+			for _, c := range goodputContenders() {
+				b.Run("impl="+c.name, func(b *testing.B) { runGoodput(b, fam, c.wrap) })
+			}
+		})
+	}
+}
+
+// runGoodput runs b.N scenarios, each against a fresh provider (a full
+// bucket) through a fresh contender over a fresh base transport, so no state
+// carries from one run or contender to the next.
+func runGoodput(b *testing.B, family string, wrap func(http.RoundTripper) http.RoundTripper) {
+	cfg := ProviderConfig{Family: family, Rate: DefaultProviderRate, Burst: DefaultProviderBurst}
+	ideal := time.Duration(float64(goodputRequests-cfg.Burst) / cfg.Rate * float64(time.Second))
+	var wall time.Duration
+	var attempts, rejected, saw429, failed, fused int
+	reasons := map[string]int{}
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		p := NewProvider(cfg)
+		base := cleanhttp.DefaultPooledTransport()
+		client := &http.Client{Transport: wrap(base)}
+		b.StartTimer()
+		r := goodputScenario(client, p.URL+"/v1/chat/completions")
+		b.StopTimer()
+		base.CloseIdleConnections()
+		p.Close()
+		st := p.Stats()
+		wall += r.wall
+		attempts += st.Received
+		rejected += st.Rejected
+		saw429 += st.Saw429
+		fused += st.Fused
+		failed += r.failed
+		for k, v := range r.reasons {
+			reasons[k] += v
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(wall)/float64(ideal)/n, "x-ideal")
+	b.ReportMetric(float64(attempts)/n, "attempts/op")
+	b.ReportMetric(float64(rejected)/n, "429/op")
+	b.ReportMetric(float64(saw429)/n, "saw429/op")
+	b.ReportMetric(float64(failed)/n, "failed/op")
+	if fused > 0 {
+		b.Logf("the provider's fuse blew: %d requests answered 410", fused)
+	}
+	if len(reasons) > 0 {
+		b.Logf("failures over %d run(s): %s", b.N, summarize(reasons))
+	}
+}
+
+// scenarioResult is what the callers saw in one scenario.
+type scenarioResult struct {
+	wall    time.Duration
+	failed  int
+	reasons map[string]int // failure reason → count
+}
+
+// goodputScenario sends goodputRequests requests to url through client from
+// goodputWorkers goroutines that start together, each sending its share one
+// after another, and returns when all have finished. It is bounded by
+// goodputRunTimeout whatever the client does.
+func goodputScenario(client *http.Client, url string) scenarioResult {
+	ctx, cancel := context.WithTimeout(context.Background(), goodputRunTimeout)
+	defer cancel()
+	res := scenarioResult{reasons: map[string]int{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := 0; w < goodputWorkers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			<-start
+			for k := 0; k < goodputPerWorker; k++ {
+				if reason := goodputRequest(ctx, client, url, w*goodputPerWorker+k); reason != "" {
+					mu.Lock()
+					res.failed++
+					res.reasons[reason]++
+					mu.Unlock()
+				}
+			}
+		}(w)
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	res.wall = time.Since(t0)
+	return res
+}
+
+// goodputRequest sends one logical request and reads its answer to the end,
+// as a caller would. It returns "" on success (a final 200), else a short
+// reason for the failure.
+func goodputRequest(ctx context.Context, client *http.Client, url string, id int) string {
+	ctx, cancel := context.WithTimeout(ctx, goodputReqTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(chatBody))
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(RequestIDHeader, strconv.Itoa(id))
+	resp, err := client.Do(req)
+	if err != nil {
+		// failsafe-go returns its last response inside ExceededError rather
+		// than to the caller; close it, as a careful caller would, so its
+		// connection does not leak into the next run.
+		var ex retrypolicy.ExceededError
+		if errors.As(err, &ex) {
+			if r, ok := ex.LastResult.(*http.Response); ok && r != nil && r.Body != nil {
+				r.Body.Close()
+			}
+		}
+		return errorReason(err)
+	}
+	_, rerr := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "status " + strconv.Itoa(resp.StatusCode)
+	}
+	if rerr != nil {
+		return "reading body: " + rerr.Error()
+	}
+	return ""
+}
+
+// errorReason shortens an error to a stable label: the URL (with its random
+// port) would make every message unique.
+func errorReason(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline exceeded"
+	case errors.Is(err, retrypolicy.ErrExceeded):
+		return "failsafe: retries exceeded"
+	}
+	if re := (*retryhttp.Error)(nil); errors.As(err, &re) {
+		return fmt.Sprintf("retryhttp.Error status %d after %d attempts", re.StatusCode, re.Attempts)
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "giving up after"); i >= 0 {
+		return "retryablehttp: " + msg[i:]
+	}
+	return msg
+}
+
+// summarize lists reason counts, most frequent first.
+func summarize(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	var buf bytes.Buffer
+	for i, k := range keys {
+		if i > 0 {
+			buf.WriteString("; ")
+		}
+		fmt.Fprintf(&buf, "%d× %s", m[k], k)
+	}
+	return buf.String()
+}

@@ -1,0 +1,65 @@
+package retryhttp
+
+import "context"
+
+// WithMaxConcurrency caps the attempts in flight at once through the
+// transport. A slot is taken just before an attempt is sent and held until
+// its response body is closed or read to EOF (a stream counts as in flight
+// for as long as it is read), or at once when the attempt fails. It is not
+// held during waits between attempts. 0, the default, sets no cap. Waiting
+// for a slot is first come, first served, and bounded by the request context.
+func WithMaxConcurrency(n int) Option {
+	return Option{func(c *config) { c.maxConcurrency = max(n, 0) }}
+}
+
+// slots is a counting semaphore; a nil slots admits everyone.
+type slots chan struct{}
+
+func newSlots(n int) slots {
+	if n <= 0 {
+		return nil
+	}
+	return make(slots, n)
+}
+
+// acquire takes a slot, or returns the context's error.
+func (s slots) acquire(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	select {
+	case s <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s slots) release() {
+	if s != nil {
+		<-s
+	}
+}
+
+// release frees what an admitted attempt holds, when it failed before a
+// response body could carry the release.
+func (t *RetryTransport) release(a admission) {
+	if a.hasSlot {
+		t.slots.release()
+	}
+}
+
+// releaser combines the attempt's own release (its timeout context) with
+// its concurrency slot, to run once when the attempt is done with.
+func (t *RetryTransport) releaser(a admission, timer func()) func() {
+	if !a.hasSlot {
+		return timer
+	}
+	if timer == nil {
+		return t.slots.release
+	}
+	return func() {
+		timer()
+		t.slots.release()
+	}
+}

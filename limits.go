@@ -1,0 +1,137 @@
+package retryhttp
+
+import (
+	"errors"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// ErrRateLimited reports that a request could not be admitted in time: the
+// upstream's quota (a client-side limit, or a hold the server asked for) would
+// not free up before the caller's deadline or the longest wait allowed. It is
+// the Err of a retryable *Error whose RetryAt says when to try again.
+var ErrRateLimited = errors.New("retryhttp: rate limited")
+
+// Limits are client-side rate limits, per minute, enforced on each upstream
+// before requests leave, so a burst reaches the provider at the rate it
+// allows instead of as a wave of 429s. Zero means no limit of that kind.
+type Limits struct {
+	RequestsPerMinute     int // RPM
+	TokensPerMinute       int // input and output together, as some providers count
+	InputTokensPerMinute  int // ITPM
+	OutputTokensPerMinute int // OTPM
+}
+
+// WithRateLimit enforces l on every upstream (see WithKeyFunc). Limits are
+// smooth: at most one second's worth of a limit goes at once (never less
+// than one request), unless WithRateLimitBurst allows more. Token counts come
+// from WithTokens, WithTokenEstimator or DefaultTokenEstimator; rate-limit
+// headers that report fewer tokens remaining than the local count correct it.
+func WithRateLimit(l Limits) Option {
+	return Option{func(c *config) { c.limits = l }}
+}
+
+// WithRateLimitBurst sets how much of each WithRateLimit limit may go at once,
+// as a duration's worth of it. The default is one second.
+func WithRateLimitBurst(d time.Duration) Option {
+	return Option{func(c *config) { c.limitBurst = d }}
+}
+
+// WithMaxQueueWait bounds how long a request may wait to be admitted (behind
+// a hold, pacing or client-side limits). A request that could not be
+// admitted in time fails at once with ErrRateLimited, without waiting first.
+// The default is the WithMaxRetryAfter limit (60s); the request context's
+// deadline always applies too.
+func WithMaxQueueWait(d time.Duration) Option {
+	return Option{func(c *config) { c.maxQueueWait = maxDuration(d, 0) }}
+}
+
+func (l Limits) any() bool {
+	return l.RequestsPerMinute > 0 || l.TokensPerMinute > 0 || l.InputTokensPerMinute > 0 || l.OutputTokensPerMinute > 0
+}
+
+// clientLimits holds one upstream's token buckets, one per limit set.
+type clientLimits struct {
+	requests, tokens, input, output *rate.Limiter
+}
+
+func newClientLimits(l Limits, burst time.Duration) *clientLimits {
+	if !l.any() {
+		return nil
+	}
+	if burst <= 0 {
+		burst = time.Second
+	}
+	return &clientLimits{
+		requests: perMinute(l.RequestsPerMinute, burst),
+		tokens:   perMinute(l.TokensPerMinute, burst),
+		input:    perMinute(l.InputTokensPerMinute, burst),
+		output:   perMinute(l.OutputTokensPerMinute, burst),
+	}
+}
+
+// perMinute is a bucket refilled at n per minute holding burst's worth of n,
+// and never less than 1.
+func perMinute(n int, burst time.Duration) *rate.Limiter {
+	if n <= 0 {
+		return nil
+	}
+	perSecond := float64(n) / 60
+	b := int(perSecond * burst.Seconds())
+	return rate.NewLimiter(rate.Limit(perSecond), max(b, 1))
+}
+
+// reservation is a set of reservations made for one attempt.
+type reservation []*rate.Reservation
+
+// reserve books an attempt of in input and out output tokens at now and
+// returns when it may start. cancel gives the booking back.
+func (cl *clientLimits) reserve(now time.Time, in, out int) (time.Time, reservation) {
+	var r reservation
+	start := now
+	book := func(lim *rate.Limiter, n int) {
+		if lim == nil || n <= 0 {
+			return
+		}
+		// A bucket can lend no more than its burst at a time: book larger
+		// counts in burst-sized pieces; each waits behind the one before.
+		for n > 0 {
+			piece := min(n, lim.Burst())
+			res := lim.ReserveN(now, piece)
+			r = append(r, res)
+			if at := now.Add(res.DelayFrom(now)); at.After(start) {
+				start = at
+			}
+			n -= piece
+		}
+	}
+	book(cl.requests, 1)
+	book(cl.tokens, in+out)
+	book(cl.input, in)
+	book(cl.output, out)
+	return start, r
+}
+
+func (r reservation) cancel(now time.Time) {
+	for i := len(r) - 1; i >= 0; i-- {
+		r[i].CancelAt(now)
+	}
+}
+
+// correct lowers the local buckets to what the server says remains: the
+// server sees every client of the account, we only see ours.
+func (cl *clientLimits) correct(now time.Time, l RateLimits) {
+	lower := func(lim *rate.Limiter, q Quota) {
+		if lim == nil || !q.HasRemaining {
+			return
+		}
+		if excess := lim.TokensAt(now) - float64(q.Remaining); excess >= 1 {
+			lim.ReserveN(now, min(int(excess), lim.Burst()))
+		}
+	}
+	lower(cl.requests, l.Requests)
+	lower(cl.tokens, l.Tokens)
+	lower(cl.input, l.InputTokens)
+	lower(cl.output, l.OutputTokens)
+}

@@ -1,0 +1,314 @@
+package retryhttp
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retryhttp/retryhttp/internal/fakeclock"
+)
+
+// openAIHeaders are the request headers an OpenAI-style token bucket of
+// capacity limit sends with remaining left, full again after reset.
+func openAIHeaders(limit, remaining int, reset string) http.Header {
+	return http.Header{
+		"X-Ratelimit-Limit-Requests":     {fmt.Sprint(limit)},
+		"X-Ratelimit-Remaining-Requests": {fmt.Sprint(remaining)},
+		"X-Ratelimit-Reset-Requests":     {reset},
+	}
+}
+
+func TestGCRAPacesAtTheLearnedRate(t *testing.T) {
+	u := &upstream{phase: open}
+	now := testStart
+	// 10-slot bucket, 9 left, full again in 10ms: it refills at 100/s.
+	limits := ParseRateLimits(openAIHeaders(10, 9, "10ms"), now)
+	require.True(t, limits.Replenishing)
+	pass{u: u, seq: 0}.observe(now, limits, 0, true)
+	margin := paceMargin
+	interval := time.Duration(float64(time.Second) / (100 * margin))
+	require.Equal(t, interval, u.interval)
+
+	var starts []time.Duration
+	for i := 0; i < 12; i++ {
+		start, w, _ := u.schedule(now, 0)
+		require.Nil(t, w)
+		starts = append(starts, start.Sub(now))
+	}
+	// 9 remain, one is kept as headroom: 8 go at once, then one per interval.
+	for i := 0; i < 8; i++ {
+		assert.Equal(t, time.Duration(0), starts[i], "slot %d", i)
+	}
+	for i := 8; i < 12; i++ {
+		assert.Equal(t, time.Duration(i-7)*interval, starts[i], "slot %d", i)
+	}
+}
+
+func TestServerRemainingTightensThePace(t *testing.T) {
+	u := &upstream{phase: open}
+	now := testStart
+	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(10, 9, "10ms"), now), 0, true)
+	for i := 0; i < 3; i++ {
+		u.schedule(now, 0)
+	}
+	// The answer to admission 1 says only 2 remain: admissions 2 and 3 are
+	// still on their way, so nothing is left beyond the headroom.
+	pass{u: u, seq: 1}.observe(now, ParseRateLimits(openAIHeaders(10, 2, "80ms"), now), 0, true)
+	start, _, _ := u.schedule(now, 0)
+	assert.Equal(t, 2*u.interval, start.Sub(now), "one interval pays the debt, one makes room")
+}
+
+func TestExhaustedQuotaHoldsTheKeyUntilReset(t *testing.T) {
+	u := &upstream{phase: open}
+	now := testStart
+	h := http.Header{
+		"X-Ratelimit-Limit":     {"5000"},
+		"X-Ratelimit-Remaining": {"0"},
+		"X-Ratelimit-Reset":     {fmt.Sprint(now.Add(42 * time.Second).Unix())},
+	}
+	pass{u: u}.observe(now, ParseRateLimits(h, now), 0, true)
+	start, _, _ := u.schedule(now, 0)
+	assert.Equal(t, now.Add(42*time.Second), start)
+}
+
+func TestA429PausesTheWholeKeyThenSpreads(t *testing.T) {
+	u := &upstream{phase: open}
+	now := testStart
+	pass{u: u}.observe(now, RateLimits{}, 3*time.Second, true)
+	seen := map[time.Duration]bool{}
+	for i := 0; i < 20; i++ {
+		start, _, _ := u.schedule(now.Add(time.Second), time.Second)
+		d := start.Sub(now)
+		assert.GreaterOrEqual(t, d, 3*time.Second)
+		assert.Less(t, d, 4*time.Second)
+		seen[d] = true
+	}
+	assert.Greater(t, len(seen), 10, "held requests are spread with jitter, not released as a herd")
+	start, _, _ := u.schedule(now.Add(5*time.Second), time.Second)
+	assert.Equal(t, now.Add(5*time.Second), start, "after the hold, requests go at once")
+}
+
+func TestSlowStartLetsTheProbeGoAloneThenPaces(t *testing.T) {
+	clk := fakeclock.New(testStart)
+	probeIn := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int32
+	var mu sync.Mutex
+	var arrivals []time.Time
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		n := calls.Add(1)
+		mu.Lock()
+		arrivals = append(arrivals, clk.Now())
+		mu.Unlock()
+		if n == 1 {
+			close(probeIn)
+			<-release
+		}
+		return &http.Response{StatusCode: 200, Header: openAIHeaders(10, 9, "10ms"), Body: http.NoBody}, nil
+	})
+	rt := New(base, WithClock(clk))
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := rt.RoundTrip(get(t, "https://api.test/x"))
+			if err == nil {
+				resp.Body.Close()
+			}
+			errs <- err
+		}()
+		if i == 0 {
+			<-probeIn
+		}
+	}
+	require.True(t, clk.WaitForTimers(5, 5*time.Second), "five requests wait behind the probe")
+	assert.Equal(t, int32(1), calls.Load(), "only the probe went")
+	close(release)
+	// The probe's answer assigns slots: with 8 usable slots, all five go now.
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	assert.Equal(t, int32(6), calls.Load())
+	for _, at := range arrivals {
+		assert.Equal(t, testStart, at, "no fake time passed: nobody waited for a ramp")
+	}
+}
+
+func TestSlowStartRampsWhenTheProbeIsSlow(t *testing.T) {
+	clk := fakeclock.New(testStart)
+	probeIn := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int32
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if calls.Add(1) == 1 {
+			close(probeIn)
+		}
+		<-release // every answer is slow
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}, nil
+	})
+	rt := New(base, WithClock(clk))
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := rt.RoundTrip(get(t, "https://api.test/x")); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		if i == 0 {
+			<-probeIn
+		}
+	}
+	require.True(t, clk.WaitForTimers(7, 5*time.Second))
+	assert.Equal(t, int32(1), calls.Load())
+	for step, want := range []int32{2, 4, 8} { // 1 more, then 2, then 4
+		clk.Advance(slowStartStep)
+		require.Eventually(t, func() bool { return calls.Load() == want }, 5*time.Second, time.Millisecond, "step %d", step+1)
+	}
+	close(release)
+	wg.Wait()
+}
+
+func TestNoHeadersMeansNoPacing(t *testing.T) {
+	clk := autoClock()
+	mock, _ := scripted(t, step{status: 200})
+	rt := New(mock, WithClock(clk))
+	for i := 0; i < 20; i++ {
+		resp, err := rt.RoundTrip(get(t, "https://api.test/x"))
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	assert.Empty(t, clk.Sleeps(), "an upstream without rate-limit headers is never held")
+}
+
+func TestHeldRequestFailsAtOnceWhenItCannotWait(t *testing.T) {
+	clk := autoClock()
+	mock, _ := scripted(t, step{status: 429, header: http.Header{"Retry-After": {"30"}}}, step{status: 200})
+	rt := New(mock, WithClock(clk), WithMaxRetries(0))
+	resp, err := rt.RoundTrip(get(t, "https://api.test/x"))
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	// A hold of 30s is within the 60s limit: the next request waits it out.
+	resp, err = rt.RoundTrip(get(t, "https://api.test/x"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Len(t, clk.Sleeps(), 1)
+	assert.GreaterOrEqual(t, clk.Sleeps()[0], 30*time.Second)
+
+	// A hold longer than the limit fails at once, before any attempt.
+	mock, _ = scripted(t, step{status: 429, header: http.Header{"Retry-After": {"30"}}})
+	clk = autoClock()
+	rt = New(mock, WithClock(clk), WithMaxRetries(0), WithMaxQueueWait(10*time.Second))
+	resp, err = rt.RoundTrip(get(t, "https://api.test/x"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	resp, err = rt.RoundTrip(get(t, "https://api.test/x"))
+	require.Nil(t, resp)
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	assert.ErrorIs(t, err, ErrRateLimited)
+	assert.True(t, e.Retryable)
+	assert.Equal(t, 0, e.Attempts)
+	assert.GreaterOrEqual(t, e.RetryAt.Sub(testStart), 30*time.Second)
+	assert.Empty(t, clk.Sleeps(), "it did not wait before failing")
+	assert.Equal(t, 1, mock.GetTotalCallCount())
+	assert.Contains(t, e.UserMessage(), "too many requests")
+}
+
+func TestGitHubRateLimit403IsRetriedAfterReset(t *testing.T) {
+	reset := fmt.Sprint(testStart.Add(20 * time.Second).Unix())
+	primary := http.Header{"X-Ratelimit-Limit": {"60"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {reset}}
+	secondary := `{"message":"You have exceeded a secondary rate limit.","documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"}`
+	cases := []struct {
+		name     string
+		first    step
+		attempts int
+		wait     time.Duration
+	}{
+		{"primary limit waits for the reset", step{status: 403, header: primary}, 2, 20 * time.Second},
+		{"secondary limit with Retry-After", step{status: 403, header: http.Header{"Retry-After": {"7"}}, body: secondary}, 2, 7 * time.Second},
+		{"secondary limit without a time waits a minute", step{status: 403, body: secondary}, 2, time.Minute},
+		{"a plain 403 is final", step{status: 403, body: `{"message":"Must have admin rights"}`}, 1, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := autoClock()
+			base := sequence(c.first, step{status: 200})
+			resp, err := New(base, WithClock(clk), WithJitter(0)).RoundTrip(get(t, "https://api.github.test/x"))
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, c.attempts, Attempts(resp))
+			if c.wait > 0 {
+				require.NotEmpty(t, clk.Sleeps())
+				assert.Equal(t, c.wait, clk.Sleeps()[0])
+			}
+		})
+	}
+}
+
+func TestInsufficientQuota429IsFinal(t *testing.T) {
+	body := `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
+	base := sequence(step{status: 429, body: body}, step{status: 200})
+	clk := autoClock()
+	resp, err := New(base, WithClock(clk)).RoundTrip(get(t, "https://api.test/x"))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, 1, Attempts(resp))
+	assert.Empty(t, clk.Sleeps())
+	e := CheckResponse(resp, nil).(*Error)
+	assert.False(t, e.Retryable)
+	assert.Contains(t, e.UserMessage(), "usage limit")
+	b, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, body, string(b), "the peeked body is put back whole")
+}
+
+func TestShouldRetryHeaderBeatsBodyRules(t *testing.T) {
+	body := `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`
+	base := sequence(step{status: 429, body: body, header: http.Header{"X-Should-Retry": {"true"}}}, step{status: 200})
+	resp, err := New(base, WithClock(autoClock())).RoundTrip(get(t, "https://api.test/x"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 2, Attempts(resp))
+}
+
+func TestUpstreamTableIsBounded(t *testing.T) {
+	rt := New(sequence(step{status: 200}), WithClock(autoClock()))
+	for i := 0; i < maxUpstreams+200; i++ {
+		resp, err := rt.RoundTrip(get(t, fmt.Sprintf("https://host%d.test/x", i)))
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	assert.LessOrEqual(t, rt.upstreams.len(), maxUpstreams)
+}
+
+func TestKeyFuncSeparatesQuotas(t *testing.T) {
+	clk := autoClock()
+	base := sequence(step{status: 429, header: http.Header{"Retry-After": {"30"}}}, step{status: 200})
+	rt := New(base, WithClock(clk), WithMaxRetries(0), WithKeyFunc(func(r *http.Request) string { return r.Header.Get("X-Api-Key") }))
+	first := get(t, "https://api.test/x")
+	first.Header.Set("X-Api-Key", "a")
+	resp, err := rt.RoundTrip(first)
+	require.NoError(t, err)
+	resp.Body.Close()
+	other := get(t, "https://api.test/x")
+	other.Header.Set("X-Api-Key", "b")
+	resp, err = rt.RoundTrip(other)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Empty(t, clk.Sleeps(), "key b is not held by key a's 429")
+	assert.True(t, strings.HasPrefix(resp.Status, "") && resp.StatusCode == 200)
+}
