@@ -25,7 +25,10 @@ func (c *call) admit() (admission, error) {
 	start, w, p := u.schedule(now, c.policy.jitter)
 	var booked reservation
 	if u.limits != nil {
-		in, out := c.tokens()
+		var in, out int
+		if u.limits.countsTokens() {
+			in, out = c.tokens() // only then: estimating reads the body
+		}
 		var at time.Time
 		if at, booked = u.limits.reserve(now, in, out); at.After(start) {
 			start = at

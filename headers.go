@@ -250,6 +250,9 @@ func requestID(h http.Header) string {
 // non-zero Reset is never before now; resets are capped at 100 years after
 // now so arithmetic on them cannot overflow. Window is the IETF policy window
 // of the dimension that supplied it (Requests first) and is likewise capped.
+// Replenishing is that of the family that supplied Requests (or, without
+// Requests, the first dimension known): true for Anthropic and OpenAI, whose
+// quotas are token buckets, false for the fixed windows of the others.
 func ParseRateLimits(h http.Header, now time.Time) RateLimits {
 	if !hasRateLimitKey(h) {
 		return RateLimits{}
@@ -315,34 +318,37 @@ func parseRateLimits(h http.Header, now time.Time) RateLimits {
 	// Per family, what it says about each dimension, most specific first.
 	var out RateLimits
 	var windows [4]time.Duration
+	var replenishing [4]bool
 	// take gives dimension d the quota q of a family unless a more specific
 	// family, taken earlier, already said something about d.
-	take := func(d Dimension, q *Quota, w time.Duration) {
+	take := func(d Dimension, q *Quota, w time.Duration, repl bool) {
 		if dst := out.Quota(d); !dst.Known() && q.Known() {
 			*dst = *q
-			windows[d] = w
+			windows[d], replenishing[d] = w, repl
 		}
 	}
 
+	// Anthropic and OpenAI quotas are token buckets: reset is when the
+	// bucket is full again.
 	for _, d := range dimensions {
 		q := c.anthropic[d].quota(now)
-		take(d, &q, 0)
+		take(d, &q, 0, true)
 	}
 
 	for i, d := range [...]Dimension{Requests, Tokens} {
 		q := mergeQuota(c.openai[i].quota(now), c.azure[i].quota(now))
-		take(d, &q, 0)
+		take(d, &q, 0, true)
 	}
 
 	if len(c.ietf) > 0 || len(c.policy) > 0 {
 		q, w := parseIETFRateLimit(c.ietf, c.policy, now)
 		for _, d := range dimensions {
-			take(d, &q[d], w[d])
+			take(d, &q[d], w[d], false)
 		}
 	}
 
 	if q := c.ietfOld.quota(now); q.Known() {
-		take(Requests, &q, ietfOldWindow(c.ietfOld.limit, c.policy, q))
+		take(Requests, &q, ietfOldWindow(c.ietfOld.limit, c.policy, q), false)
 	}
 
 	g := c.generic.quota(now)
@@ -356,15 +362,21 @@ func parseRateLimits(h http.Header, now time.Time) RateLimits {
 			g.Reset = t
 		}
 	}
-	take(Requests, &g, 0)
+	take(Requests, &g, 0, false)
 
 	q := c.twitter.quota(now)
-	take(Requests, &q, 0)
+	take(Requests, &q, 0, false)
 
 	out.Window = windows[Requests]
 	for _, w := range windows {
 		if out.Window == 0 {
 			out.Window = w
+		}
+	}
+	for _, d := range dimensions {
+		if out.Quota(d).Known() {
+			out.Replenishing = replenishing[d]
+			break
 		}
 	}
 	return out

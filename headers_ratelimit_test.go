@@ -38,6 +38,7 @@ func requireRateLimits(t *testing.T, want, got RateLimits) {
 		assert.Equalf(t, w, g, "%v", d)
 	}
 	assert.Equal(t, want.Window, got.Window, "window")
+	assert.Equal(t, want.Replenishing, got.Replenishing, "replenishing")
 }
 
 func TestParseRateLimits(t *testing.T) {
@@ -136,26 +137,26 @@ func TestParseRateLimits(t *testing.T) {
 		{"OpenAI", peHeader(
 			"x-ratelimit-limit-requests", "10000", "x-ratelimit-remaining-requests", "9999", "x-ratelimit-reset-requests", "6m0s",
 			"x-ratelimit-limit-tokens", "1000000", "x-ratelimit-remaining-tokens", "999000", "x-ratelimit-reset-tokens", "20ms"),
-			RateLimits{Requests: rlq(10000, 9999, in(6*time.Minute)), Tokens: rlq(1000000, 999000, in(20*time.Millisecond))}},
+			RateLimits{Replenishing: true, Requests: rlq(10000, 9999, in(6*time.Minute)), Tokens: rlq(1000000, 999000, in(20*time.Millisecond))}},
 		{"OpenAI fractional duration", peHeader("x-ratelimit-reset-requests", "1m30.5s", "x-ratelimit-reset-tokens", "1s"),
-			RateLimits{Requests: rlq(na, na, in(90500*time.Millisecond)), Tokens: rlq(na, na, in(time.Second))}},
+			RateLimits{Replenishing: true, Requests: rlq(na, na, in(90500*time.Millisecond)), Tokens: rlq(na, na, in(time.Second))}},
 		{"OpenAI 0s is now", peHeader("x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "0s"),
-			RateLimits{Requests: rlq(na, 0, now)}},
+			RateLimits{Replenishing: true, Requests: rlq(na, 0, now)}},
 		{"OpenAI huge duration capped", peHeader("x-ratelimit-reset-tokens", "99999999999999999999h"),
-			RateLimits{Tokens: rlq(na, na, capped)}},
+			RateLimits{Replenishing: true, Tokens: rlq(na, na, capped)}},
 		{"OpenAI negative duration ignored", peHeader("x-ratelimit-remaining-tokens", "5", "x-ratelimit-reset-tokens", "-1s"),
-			RateLimits{Tokens: rlq(na, 5, never)}},
+			RateLimits{Replenishing: true, Tokens: rlq(na, 5, never)}},
 		{"Azure spelling fills the reset", peHeader("x-ratelimit-remaining-tokens", "100", "x-ratelimit-limit-tokens", "120000", "x-rate-limit-reset-tokens", "55"),
-			RateLimits{Tokens: rlq(120000, 100, in(55*time.Second))}},
+			RateLimits{Replenishing: true, Tokens: rlq(120000, 100, in(55*time.Second))}},
 		{"Azure -1 ignored", peHeader("x-ratelimit-remaining-tokens", "100", "x-rate-limit-reset-tokens", "-1"),
-			RateLimits{Tokens: rlq(na, 100, never)}},
-		{"Azure 0 is now", peHeader("x-rate-limit-reset-tokens", "0"), RateLimits{Tokens: rlq(na, na, now)}},
+			RateLimits{Replenishing: true, Tokens: rlq(na, 100, never)}},
+		{"Azure 0 is now", peHeader("x-rate-limit-reset-tokens", "0"), RateLimits{Replenishing: true, Tokens: rlq(na, na, now)}},
 		{"Azure alone", peHeader("x-rate-limit-remaining-requests", "3", "x-rate-limit-reset-requests", "2"),
-			RateLimits{Requests: rlq(na, 3, in(2*time.Second))}},
+			RateLimits{Replenishing: true, Requests: rlq(na, 3, in(2*time.Second))}},
 		{"OpenAI spelling wins field by field", peHeader(
 			"x-ratelimit-remaining-tokens", "100", "x-rate-limit-remaining-tokens", "7",
 			"x-ratelimit-reset-tokens", "garbage", "x-rate-limit-reset-tokens", "9"),
-			RateLimits{Tokens: rlq(na, 100, in(9*time.Second))}},
+			RateLimits{Replenishing: true, Tokens: rlq(na, 100, in(9*time.Second))}},
 
 		// Anthropic.
 		{"Anthropic", peHeader(
@@ -167,20 +168,20 @@ func TestParseRateLimits(t *testing.T) {
 			"anthropic-ratelimit-input-tokens-reset", "2026-11-30T12:00:01.5Z",
 			"anthropic-ratelimit-output-tokens-limit", "20000", "anthropic-ratelimit-output-tokens-remaining", "15000",
 			"anthropic-ratelimit-output-tokens-reset", "2026-11-30T13:00:07+01:00"),
-			RateLimits{
+			RateLimits{Replenishing: true,
 				Requests:     rlq(50, 49, in(59*time.Second)),
 				Tokens:       rlq(100000, 90000, in(6*time.Second)),
 				InputTokens:  rlq(80000, 75000, in(1500*time.Millisecond)),
 				OutputTokens: rlq(20000, 15000, in(7*time.Second)),
 			}},
 		{"Anthropic nanosecond fraction", peHeader("anthropic-ratelimit-requests-reset", "2026-11-30T12:00:00.123456789Z"),
-			RateLimits{Requests: rlq(na, na, in(123456789*time.Nanosecond))}},
+			RateLimits{Replenishing: true, Requests: rlq(na, na, in(123456789*time.Nanosecond))}},
 		{"Anthropic reset in the past is now", peHeader("anthropic-ratelimit-requests-remaining", "0", "anthropic-ratelimit-requests-reset", "2025-08-21T12:40:59Z"),
-			RateLimits{Requests: rlq(na, 0, now)}},
+			RateLimits{Replenishing: true, Requests: rlq(na, 0, now)}},
 		{"Anthropic far future capped", peHeader("anthropic-ratelimit-requests-reset", "9999-12-31T23:59:59Z"),
-			RateLimits{Requests: rlq(na, na, capped)}},
+			RateLimits{Replenishing: true, Requests: rlq(na, na, capped)}},
 		{"Anthropic garbage reset", peHeader("anthropic-ratelimit-requests-remaining", "3", "anthropic-ratelimit-requests-reset", "2026-13-45T99:00:00Z"),
-			RateLimits{Requests: rlq(na, 3, never)}},
+			RateLimits{Replenishing: true, Requests: rlq(na, 3, never)}},
 
 		// GitHub and generic X-RateLimit.
 		{"GitHub", peHeader("x-ratelimit-limit", "5000", "x-ratelimit-remaining", "4999", "x-ratelimit-used", "1",
@@ -243,20 +244,24 @@ func TestParseRateLimits(t *testing.T) {
 		// Mixed families: the most specific wins per dimension, whole.
 		{"Anthropic over generic", peHeader("anthropic-ratelimit-requests-remaining", "5", "x-ratelimit-remaining", "50",
 			"x-ratelimit-limit", "100", "x-ratelimit-reset", "30"),
-			RateLimits{Requests: rlq(na, 5, never)}},
+			RateLimits{Replenishing: true, Requests: rlq(na, 5, never)}},
 		{"OpenAI tokens, generic requests", peHeader("x-ratelimit-remaining-tokens", "500", "x-ratelimit-remaining", "7"),
 			RateLimits{Requests: rlq(na, 7, never), Tokens: rlq(na, 500, never)}},
 		{"OpenAI over IETF", peHeader("x-ratelimit-remaining-requests", "1", "RateLimit", `"default";r=50;t=30`, "RateLimit-Policy", `"default";q=100;w=60`),
-			RateLimits{Requests: rlq(na, 1, never)}},
+			RateLimits{Replenishing: true, Requests: rlq(na, 1, never)}},
 		{"IETF current over older over generic", peHeader("RateLimit", `"d";r=2;t=3`, "RateLimit-Remaining", "20", "X-RateLimit-Remaining", "200"),
 			RateLimits{Requests: rlq(na, 2, in(3*time.Second))}},
 		{"IETF window only from the winning family", peHeader("anthropic-ratelimit-requests-remaining", "5", "RateLimit", `"d";r=2`, "RateLimit-Policy", `"d";q=3;w=60`),
-			RateLimits{Requests: rlq(na, 5, never)}},
+			RateLimits{Replenishing: true, Requests: rlq(na, 5, never)}},
 		{"IETF window of tokens when requests come from elsewhere", peHeader("x-ratelimit-remaining", "5",
 			"RateLimit", `"tokens";r=2`, "RateLimit-Policy", `"tokens";q=3;w=60`),
 			RateLimits{Requests: rlq(na, 5, never), Tokens: rlq(3, 2, never), Window: time.Minute}},
 		{"older over generic", peHeader("RateLimit-Remaining", "20", "X-RateLimit-Remaining", "200"), RateLimits{Requests: rlq(na, 20, never)}},
 		{"GitHub over X", peHeader("x-ratelimit-remaining", "1", "x-rate-limit-remaining", "2"), RateLimits{Requests: rlq(na, 1, never)}},
+		{"token bucket flag follows Requests", peHeader("anthropic-ratelimit-tokens-remaining", "9", "x-ratelimit-remaining", "5"),
+			RateLimits{Requests: rlq(na, 5, never), Tokens: rlq(na, 9, never)}},
+		{"token bucket flag from tokens without Requests", peHeader("x-ratelimit-remaining-tokens", "9", "RateLimit", `"tokens";r=1`),
+			RateLimits{Tokens: rlq(na, 9, never), Replenishing: true}},
 		{"unreadable specific family falls through", peHeader("x-ratelimit-remaining-requests", "abc", "x-ratelimit-remaining", "5"),
 			RateLimits{Requests: rlq(na, 5, never)}},
 	}
@@ -414,6 +419,9 @@ func FuzzParseRateLimits(f *testing.F) {
 		}
 		if r.Window < 0 || r.Window > maxServerWait {
 			t.Fatalf("window %v", r.Window)
+		}
+		if !r.Known() && r != (RateLimits{}) {
+			t.Fatalf("nothing known, yet %+v", r)
 		}
 		for i := 0; i < 3; i++ {
 			if again := ParseRateLimits(h, now); again != r {

@@ -135,3 +135,7 @@ func (cl *clientLimits) correct(now time.Time, l RateLimits) {
 	lower(cl.input, l.InputTokens)
 	lower(cl.output, l.OutputTokens)
 }
+
+func (cl *clientLimits) countsTokens() bool {
+	return cl.tokens != nil || cl.input != nil || cl.output != nil
+}
