@@ -33,6 +33,9 @@ const (
 	// headroom is how many units of the server's remaining quota are left
 	// unused, so a response never reports exactly zero while paced.
 	headroom = 1
+	// rateCreep is how much the learned rate may rise per reading that does
+	// not contradict it.
+	rateCreep = 1.02
 )
 
 type phase int
@@ -57,7 +60,7 @@ type upstream struct {
 	interval time.Duration
 	capacity float64
 	tat      time.Time
-	rate     float64 // the highest rate (per second) the headers implied
+	rate     float64 // the rate (per second) the headers imply (see learnLocked)
 	seq      uint64  // admissions so far; orders responses against admissions
 
 	heldUntil time.Time
@@ -216,8 +219,13 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, seq uint64) {
 	}
 	q := l.Requests
 	if rate := impliedRate(now, l); rate > 0 {
-		if rate > u.rate {
+		// Each reading is an upper bound (see impliedRate), tight when the
+		// bucket was full before the request. Keep the lowest, but let it
+		// creep up so a raised limit is found again.
+		if u.rate == 0 || rate < u.rate*rateCreep {
 			u.rate = rate
+		} else {
+			u.rate *= rateCreep
 		}
 		u.interval = time.Duration(float64(time.Second) / (u.rate * paceMargin))
 		u.capacity = 1
@@ -252,6 +260,9 @@ func impliedRate(now time.Time, l RateLimits) float64 {
 		return 0
 	}
 	if l.Replenishing && q.HasLimit && q.Limit > q.Remaining {
+		// Remaining is rounded down, so at most Limit-Remaining units are
+		// missing: this is an upper bound on the refill rate, exact when the
+		// bucket was full before the request.
 		return float64(q.Limit-q.Remaining) / left
 	}
 	if !l.Replenishing && q.HasLimit && q.Remaining*4 < q.Limit && q.Remaining > 0 {
