@@ -20,8 +20,25 @@ type admission struct {
 
 func (c *call) admit() (admission, error) {
 	t := c.t
-	now := t.cfg.clock.Now()
-	u := t.upstreams.get(c.key, now, t.newUpstream)
+	u := t.upstreams.get(c.key, t.newUpstream)
+	a := admission{pass: pass{u: u}}
+	if !u.free.Load() {
+		var err error
+		if a.pass, err = c.schedule(u); err != nil {
+			return admission{}, err
+		}
+	}
+	if err := t.slots.acquire(c.ctx); err != nil {
+		return admission{}, err
+	}
+	a.hasSlot = t.slots != nil
+	return a, nil
+}
+
+// schedule waits for the attempt's turn on an upstream that is held, paced,
+// limited or still probing.
+func (c *call) schedule(u *upstream) (pass, error) {
+	now := c.t.cfg.clock.Now()
 	start, w, p := u.schedule(now, c.policy.jitter)
 	var booked reservation
 	if u.limits != nil {
@@ -39,23 +56,23 @@ func (c *call) admit() (admission, error) {
 		if w != nil {
 			u.claim(w)
 		}
-		return admission{}, err
+		return pass{}, err
 	}
 	if w != nil {
 		var err error
 		if start, p, err = c.awaitProbe(u, w, start); err != nil {
 			booked.cancel(now)
-			return admission{}, err
+			return pass{}, err
+		}
+		now = c.t.cfg.clock.Now()
+	}
+	if d := start.Sub(now); d > 0 {
+		if err := c.wait(d); err != nil {
+			booked.cancel(now)
+			return pass{}, err
 		}
 	}
-	if err := c.sleepUntil(start); err != nil {
-		booked.cancel(now)
-		return admission{}, err
-	}
-	if err := t.slots.acquire(c.ctx); err != nil {
-		return admission{}, err
-	}
-	return admission{pass: p, hasSlot: t.slots != nil}, nil
+	return p, nil
 }
 
 // admissible fails the request at once when its start would fall past the
@@ -97,14 +114,6 @@ func (c *call) awaitProbe(u *upstream, w *waiter, rampAt time.Time) (time.Time, 
 	return slot, pass{u: u, seq: seq}, nil
 }
 
-// sleepUntil waits on the transport's clock until start.
-func (c *call) sleepUntil(start time.Time) error {
-	if d := start.Sub(c.t.cfg.clock.Now()); d > 0 {
-		return c.wait(d)
-	}
-	return c.ctx.Err()
-}
-
 // tokens returns the request's token estimate, computed once per call.
 func (c *call) tokens() (int, int) {
 	if !c.estimated {
@@ -120,9 +129,16 @@ func (t *RetryTransport) newUpstream() *upstream {
 }
 
 // observe reports what an attempt's response says about the upstream: its
-// rate-limit headers, and a hold when it answered 429 or asked for a wait.
+// rate-limit headers, and a hold when it answered 429. A free upstream and a
+// response with neither cost one pass over the header names.
 func (c *call) observe(a admission, resp *http.Response) {
-	if a.pass.u == nil {
+	u := a.pass.u
+	if u == nil {
+		return
+	}
+	throttled := resp != nil && resp.StatusCode == http.StatusTooManyRequests
+	signals := resp != nil && (throttled || hasRateLimitKey(resp.Header))
+	if !signals && !a.pass.probe && u.free.Load() {
 		return
 	}
 	now := c.t.cfg.clock.Now()
@@ -130,7 +146,7 @@ func (c *call) observe(a admission, resp *http.Response) {
 	var hold time.Duration
 	if resp != nil {
 		limits = ParseRateLimits(resp.Header, now)
-		if resp.StatusCode == http.StatusTooManyRequests {
+		if throttled {
 			hold, _ = ParseRetryAfter(resp.Header, now)
 		}
 	}

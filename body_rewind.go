@@ -18,80 +18,116 @@ var ErrBodyNotReplayable = errors.New("retryhttp: request body cannot be replaye
 // transport still reads it after the attempt ended.
 var errBodyDetached = errors.New("retryhttp: request body read after its attempt ended")
 
-// replayBody makes one request's body sendable on every attempt without
+// requestBody makes one request's body sendable on every attempt without
 // mutating the caller's request. It picks the cheapest way that works:
 //
 //   - req.GetBody (set by http.NewRequest for bytes, strings and their
 //     readers): the first attempt sends req.Body, later ones a fresh GetBody
-//     copy. Nothing is copied.
+//     copy. Nothing is copied, nothing allocated.
 //   - an io.Seeker body: each attempt seeks back to where the body started.
 //   - anything else: the first attempt's reads are teed into a buffer of at
 //     most limit bytes; later attempts send the buffer.
 //
+// It lives inside the call, on the stack; the last two ways share a source
+// between attempts and keep it in a replayBody of their own.
+type requestBody struct {
+	orig    io.ReadCloser // nil: no body
+	getBody func() (io.ReadCloser, error)
+	length  int64
+	sent    int         // attempts handed a body so far
+	shared  *replayBody // an io.Seeker or buffered source
+}
+
+// replayBody is a body source shared by the attempts of one request.
+//
 // The base transport may go on reading an attempt's body after RoundTrip
 // returns (net/http writes bodies from a separate goroutine), so every
-// attempt whose source is shared gets an attemptBody that is detached,
-// under a lock, before the source is rewound.
+// attempt gets an attemptBody that is detached, under a lock, before the
+// source is rewound.
 type replayBody struct {
 	orig          io.ReadCloser
-	getBody       func() (io.ReadCloser, error)
 	seeker        io.Seeker
 	start         int64
 	contentLength int64
 	limit         int64
-
-	sent    int // attempts handed a body so far
-	current *attemptBody
+	current       *attemptBody
 
 	// buffer mode
 	buf      []byte
 	eof      bool  // the source reached EOF
 	overflow bool  // more than limit bytes: not replayable
 	readErr  error // the source failed: never resend what we have
-	closed   bool  // orig closed by us
 }
 
-// newReplayBody returns nil when the request has no body.
-func newReplayBody(req *http.Request, limit int64) *replayBody {
+func newRequestBody(req *http.Request, limit int64) requestBody {
 	if req.Body == nil || req.Body == http.NoBody {
-		return nil
+		return requestBody{}
 	}
-	b := &replayBody{orig: req.Body, contentLength: req.ContentLength, limit: limit}
-	if req.GetBody != nil {
-		b.getBody = req.GetBody
+	b := requestBody{orig: req.Body, getBody: req.GetBody, length: req.ContentLength}
+	if b.getBody != nil {
 		return b
 	}
+	shared := &replayBody{orig: req.Body, contentLength: req.ContentLength, limit: limit}
 	if s, ok := req.Body.(io.Seeker); ok {
 		if pos, err := s.Seek(0, io.SeekCurrent); err == nil {
-			b.seeker, b.start = s, pos
-			return b
+			shared.seeker, shared.start = s, pos
 		}
 	}
-	if req.ContentLength > 0 && req.ContentLength <= limit {
-		b.buf = make([]byte, 0, req.ContentLength)
+	if shared.seeker == nil && req.ContentLength > 0 && req.ContentLength <= limit {
+		shared.buf = make([]byte, 0, req.ContentLength)
 	}
+	b.shared = shared
 	return b
 }
 
+// present reports whether the request has a body.
+func (b *requestBody) present() bool { return b.orig != nil }
+
 // passThrough reports whether the first attempt can send the caller's body
 // unchanged (no wrapper, no copy of the request for its sake).
-func (b *replayBody) passThrough() bool { return b == nil || b.getBody != nil }
+func (b *requestBody) passThrough() bool { return b.shared == nil }
 
 // next returns the body, GetBody and ContentLength for the next attempt.
-func (b *replayBody) next() (io.ReadCloser, func() (io.ReadCloser, error), int64, error) {
+func (b *requestBody) next() (io.ReadCloser, func() (io.ReadCloser, error), int64, error) {
 	b.sent++
 	first := b.sent == 1
+	if b.shared != nil {
+		return b.shared.next(first)
+	}
+	if first {
+		return b.orig, b.getBody, b.length, nil
+	}
+	rc, err := b.getBody()
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("%w: GetBody: %w", ErrBodyNotReplayable, err)
+	}
+	return rc, b.getBody, b.length, nil
+}
+
+// replayError tells, before a wait is started, whether another attempt can
+// send the same bytes.
+func (b *requestBody) replayError() error {
+	if b.shared == nil {
+		return nil
+	}
+	return b.shared.replayError()
+}
+
+// close releases the caller's body. The base transport closed the bodies it
+// was given; the caller's own body is ours to close unless it went out as is.
+func (b *requestBody) close() {
 	switch {
-	case b.getBody != nil:
-		if first {
-			return b.orig, b.getBody, b.contentLength, nil
-		}
-		rc, err := b.getBody()
-		if err != nil {
-			return nil, nil, 0, fmt.Errorf("%w: GetBody: %w", ErrBodyNotReplayable, err)
-		}
-		return rc, b.getBody, b.contentLength, nil
-	case b.seeker != nil:
+	case b.orig == nil:
+	case b.shared != nil:
+		b.shared.detach()
+		b.orig.Close()
+	case b.sent == 0:
+		b.orig.Close() // refused before the first attempt
+	}
+}
+
+func (b *replayBody) next(first bool) (io.ReadCloser, func() (io.ReadCloser, error), int64, error) {
+	if b.seeker != nil {
 		b.detach()
 		if !first {
 			if _, err := b.seeker.Seek(b.start, io.SeekStart); err != nil {
@@ -100,27 +136,26 @@ func (b *replayBody) next() (io.ReadCloser, func() (io.ReadCloser, error), int64
 		}
 		b.current = &attemptBody{src: b.orig}
 		return b.current, nil, b.contentLength, nil
-	default:
-		if first {
-			b.current = &attemptBody{src: b.orig, tee: b}
-			return b.current, nil, b.contentLength, nil
-		}
-		if err := b.replayError(); err != nil {
-			return nil, nil, 0, err
-		}
-		return io.NopCloser(bytes.NewReader(b.buf)), b.getBuffered, int64(len(b.buf)), nil
 	}
+	if first {
+		b.current = &attemptBody{src: b.orig, tee: b}
+		return b.current, nil, b.contentLength, nil
+	}
+	if err := b.replayError(); err != nil {
+		return nil, nil, 0, err
+	}
+	return io.NopCloser(bytes.NewReader(b.buf)), b.getBuffered, int64(len(b.buf)), nil
 }
 
 func (b *replayBody) getBuffered() (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(b.buf)), nil
 }
 
-// replayError tells, before a wait is started, whether another attempt can
-// send the same bytes. In buffer mode it first detaches the attempt in flight
-// and reads whatever of the body that attempt left unread, up to the limit.
+// replayError tells whether another attempt can send the same bytes. In
+// buffer mode it first detaches the attempt in flight and reads whatever of
+// the body that attempt left unread, up to the limit.
 func (b *replayBody) replayError() error {
-	if b == nil || b.getBody != nil || b.seeker != nil {
+	if b.seeker != nil {
 		return nil
 	}
 	b.detach()
@@ -167,20 +202,6 @@ func (b *replayBody) detach() {
 		b.current.detach()
 		b.current = nil
 	}
-}
-
-// close releases the caller's body. The base transport closed the bodies it
-// was given; the caller's own body is ours to close unless it went out as is.
-func (b *replayBody) close() {
-	if b == nil || b.closed {
-		return
-	}
-	b.detach()
-	if b.getBody != nil && b.sent > 0 {
-		return // the base transport received and closed req.Body
-	}
-	b.closed = true
-	b.orig.Close()
 }
 
 // attemptBody is one attempt's view of a shared body source. Close does not

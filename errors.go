@@ -286,10 +286,11 @@ func responseError(resp *http.Response, now time.Time) *Error {
 	if resp.Request != nil {
 		e.Method, e.URL = methodOf(resp.Request), redactURL(resp.Request.URL)
 	}
-	if b := trackedBody(resp); b != nil && !b.decidedAt.IsZero() {
+	if b := trackedBody(resp); b != nil && b.verdict != nil {
 		// The transport decided on its own clock; read the headers on it too.
-		now = b.decidedAt
-		e.StopReason, e.RetryAt = b.stopReason, b.retryAt
+		v := b.verdict
+		now = v.decidedAt
+		e.StopReason, e.RetryAt = v.stopReason, v.retryAt
 	}
 	e.decidedAt = now
 	if d, ok := ParseRetryAfter(resp.Header, now); ok && e.RetryAt.IsZero() {

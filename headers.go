@@ -175,10 +175,14 @@ func isDigits(s string) bool {
 // parseShouldRetry reads x-should-retry, with which the Anthropic and OpenAI
 // APIs override status-code classification. Only "true" and "false" count.
 func parseShouldRetry(h http.Header) (retry, ok bool) {
-	switch strings.ToLower(strings.TrimSpace(h.Get("X-Should-Retry"))) {
-	case "true":
+	vs := h["X-Should-Retry"] // canonical key: no re-canonicalising per response
+	if len(vs) == 0 {
+		return false, false
+	}
+	switch v := strings.TrimSpace(vs[0]); {
+	case strings.EqualFold(v, "true"):
 		return true, true
-	case "false":
+	case strings.EqualFold(v, "false"):
 		return false, true
 	}
 	return false, false

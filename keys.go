@@ -3,15 +3,15 @@ package retryhttp
 import (
 	"net/http"
 	"sync"
-	"time"
+	"sync/atomic"
 )
 
 // Per-upstream state (pacing, holds, client-side limits) lives in a bounded
-// table: a client that talks to many hosts must not grow without bound.
-const (
-	maxUpstreams    = 1024
-	upstreamIdleTTL = 10 * time.Minute
-)
+// table: a client that talks to many hosts must not grow without bound. When
+// it is full, the upstreams not used since the last maxUpstreams/2 new ones
+// arrived are evicted (a least-recently-used rule counted in arrivals, so
+// the request path never reads the clock for it).
+const maxUpstreams = 1024
 
 // upstreamKey names the quota a request draws on. By default that is the
 // scheme, host and port; WithKeyFunc replaces it (to key by API key, say).
@@ -36,16 +36,26 @@ func (t *RetryTransport) keyOf(req *http.Request) upstreamKey {
 
 // upstreamTable maps keys to their state, evicting idle entries when full.
 type upstreamTable struct {
-	mu sync.RWMutex
-	m  map[upstreamKey]*upstream
+	mu      sync.RWMutex
+	m       map[upstreamKey]*upstream
+	arrived atomic.Uint64 // upstreams created so far: the table's clock
+	last    atomic.Pointer[upstream]
 }
 
-// get returns the state for k, creating it with fresh when missing.
-func (tb *upstreamTable) get(k upstreamKey, now time.Time, fresh func() *upstream) *upstream {
+// get returns the state for k, creating it with fresh when missing. Most
+// transports talk to one upstream: the last one found is checked first.
+func (tb *upstreamTable) get(k upstreamKey, fresh func() *upstream) *upstream {
+	if u := tb.last.Load(); u != nil && u.key == k {
+		return u
+	}
 	tb.mu.RLock()
 	u := tb.m[k]
 	tb.mu.RUnlock()
 	if u != nil {
+		if now := tb.arrived.Load(); u.touched.Load() != now {
+			u.touched.Store(now)
+		}
+		tb.last.Store(u)
 		return u
 	}
 	tb.mu.Lock()
@@ -57,31 +67,26 @@ func (tb *upstreamTable) get(k upstreamKey, now time.Time, fresh func() *upstrea
 		tb.m = make(map[upstreamKey]*upstream)
 	}
 	if len(tb.m) >= maxUpstreams {
-		tb.evict(now)
+		tb.evict()
 	}
 	u = fresh()
+	u.key = k
+	u.touched.Store(tb.arrived.Add(1))
 	tb.m[k] = u
+	tb.last.Store(u)
 	return u
 }
 
-// evict drops upstreams idle for upstreamIdleTTL; if none is, it drops the
-// least recently used one. Called with tb.mu held.
-func (tb *upstreamTable) evict(now time.Time) {
-	var oldestKey upstreamKey
-	var oldest time.Time
+// evict drops the upstreams untouched while the last maxUpstreams/2 arrived.
+// Called with tb.mu held.
+func (tb *upstreamTable) evict() {
+	now := tb.arrived.Load()
 	for k, u := range tb.m {
-		last := u.lastUsedAt()
-		if now.Sub(last) > upstreamIdleTTL {
+		if now-u.touched.Load() >= maxUpstreams/2 {
 			delete(tb.m, k)
-			continue
-		}
-		if oldest.IsZero() || last.Before(oldest) {
-			oldestKey, oldest = k, last
 		}
 	}
-	if len(tb.m) >= maxUpstreams {
-		delete(tb.m, oldestKey)
-	}
+	tb.last.Store(nil)
 }
 
 func (tb *upstreamTable) len() int {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,8 +49,14 @@ const (
 
 // upstream is the pacing, hold and limit state of one upstream key.
 type upstream struct {
-	mu       sync.Mutex
-	lastUsed time.Time
+	// free is set while the upstream needs nothing of this stage: open, not
+	// paced, not held, no client-side limits. Requests then pass without
+	// the lock or the clock.
+	free    atomic.Bool
+	key     upstreamKey
+	touched atomic.Uint64 // see upstreamTable
+
+	mu sync.Mutex
 
 	phase      phase
 	probeStart time.Time
@@ -77,12 +84,6 @@ type waiter struct {
 	seq      uint64
 }
 
-func (u *upstream) lastUsedAt() time.Time {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.lastUsed
-}
-
 // pass is what an admitted attempt carries back to observe.
 type pass struct {
 	u     *upstream
@@ -96,7 +97,6 @@ type pass struct {
 func (u *upstream) schedule(now time.Time, jitter time.Duration) (start time.Time, w *waiter, p pass) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.lastUsed = now
 	if u.phase == probing && now.Sub(u.probeStart) > slowStartMax {
 		u.openLocked(now) // the probe is taking too long to tell us anything
 	}
@@ -116,6 +116,7 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (start time.Tim
 		start = u.gcraLocked(start)
 	}
 	u.seq++
+	u.free.Store(u.interval == 0 && u.limits == nil && !u.heldUntil.After(now))
 	return start, nil, pass{u: u, seq: u.seq}
 }
 
@@ -196,6 +197,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, gotR
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.free.Store(false) // schedule decides again, on the clock
 	if hold > 0 {
 		if until := now.Add(hold); until.After(u.heldUntil) {
 			u.heldUntil = until

@@ -215,6 +215,11 @@ func Retryable(resp *http.Response, err error) bool {
 	if v, ok := parseShouldRetry(resp.Header); ok {
 		return v
 	}
+	return retryableResponse(resp)
+}
+
+// retryableResponse classifies by status, with GitHub's rate-limit 403.
+func retryableResponse(resp *http.Response) bool {
 	if resp.StatusCode == http.StatusForbidden {
 		return rateLimited403(resp.Header)
 	}
@@ -289,13 +294,15 @@ func (p *policy) classify(resp *http.Response, err error) bool {
 		}
 	}
 	if resp != nil {
-		if _, stated := parseShouldRetry(resp.Header); !stated {
-			if v, ok := bodyVerdict(resp); ok {
-				return v
-			}
+		if v, stated := parseShouldRetry(resp.Header); stated {
+			return v
 		}
+		if v, ok := bodyVerdict(resp); ok {
+			return v
+		}
+		return retryableResponse(resp)
 	}
-	return Retryable(resp, err)
+	return Retryable(nil, err)
 }
 
 // maxVerdictBody bounds the peek at 403 and 429 bodies.

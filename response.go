@@ -17,13 +17,19 @@ const maxDrain = 64 << 10
 // once when the body is closed or read to EOF: that is when the attempt's
 // resources (its timeout context, later its concurrency slot) are released.
 type responseBody struct {
-	rc         io.ReadCloser
-	attempts   int
-	stopReason string
+	rc       io.ReadCloser
+	attempts int
+	done     func()
+	finished atomic.Bool
+	verdict  *verdict // set only when an error status is returned
+}
+
+// verdict is what the transport decided about an error response it
+// returned, for CheckResponse to report.
+type verdict struct {
+	stopReason string    // why retrying stopped early, if it did
 	retryAt    time.Time // when retrying stopped early for lack of time
-	decidedAt  time.Time // the transport clock's time when it returned an error status
-	done       func()
-	finished   atomic.Bool
+	decidedAt  time.Time // the transport clock's time when it returned
 }
 
 func (b *responseBody) Read(p []byte) (int, error) {
@@ -56,16 +62,16 @@ type readWriteBody struct {
 func (b *readWriteBody) Write(p []byte) (int, error) { return b.w.Write(p) }
 
 // wrapResponseBody installs the tracking body on resp.
-func wrapResponseBody(resp *http.Response, attempts int, stopReason string, done func()) {
+func wrapResponseBody(resp *http.Response, attempts int, done func()) {
 	rc := resp.Body
 	if rc == nil {
 		rc = http.NoBody
 	}
 	if rwc, ok := rc.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, stopReason: stopReason, done: done}, rwc}
+		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done}, rwc}
 		return
 	}
-	resp.Body = &responseBody{rc: rc, attempts: attempts, stopReason: stopReason, done: done}
+	resp.Body = &responseBody{rc: rc, attempts: attempts, done: done}
 }
 
 // trackedBody returns the tracking body of a response RoundTrip returned.

@@ -54,8 +54,8 @@ func (t *RetryTransport) CloseIdleConnections() {
 // end on a response, and an *Error when they end on a transport error. The
 // caller's request is never modified.
 func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	c, err := t.begin(req)
-	if err != nil {
+	var c call // on the stack: the happy path allocates only the response wrapper
+	if err := t.begin(&c, req); err != nil {
 		return nil, err
 	}
 	defer c.body.close()
@@ -92,7 +92,7 @@ type call struct {
 	req        *http.Request
 	ctx        context.Context
 	policy     *policy
-	body       *replayBody
+	body       requestBody
 	header     http.Header // req.Header plus stamped headers; nil: req.Header as is
 	attempts   int
 	lastStatus int // the last status seen, for errors after it
@@ -105,20 +105,20 @@ type call struct {
 
 // begin checks the request and prepares the call. A request that can never
 // succeed is refused here, before anything is sent.
-func (t *RetryTransport) begin(req *http.Request) (*call, error) {
+func (t *RetryTransport) begin(c *call, req *http.Request) error {
 	if err := validateRequest(req); err != nil {
 		if req != nil && req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, &Error{Err: err, Method: methodOf(req), URL: redactURL(urlOf(req))}
+		return &Error{Err: err, Method: methodOf(req), URL: redactURL(urlOf(req))}
 	}
-	c := &call{t: t, key: t.keyOf(req), req: req, ctx: req.Context(), policy: &t.cfg.policy}
+	*c = call{t: t, key: t.keyOf(req), req: req, ctx: req.Context(), policy: &t.cfg.policy}
 	if opts := requestOptions(c.ctx); opts != nil {
 		c.policy = t.requestPolicy(opts)
 	}
-	c.body = newReplayBody(req, c.policy.maxBufferedBody)
+	c.body = newRequestBody(req, c.policy.maxBufferedBody)
 	c.header = c.policy.stampHeaders(req)
-	return c, nil
+	return nil
 }
 
 // send makes one attempt. The caller's request goes out untouched when
@@ -148,7 +148,7 @@ func (c *call) send(a admission) (*http.Response, error) {
 		resp.Request = c.req // the caller's request, not our per-attempt copy
 	}
 	c.lastStatus = resp.StatusCode
-	wrapResponseBody(resp, c.attempts, "", release)
+	wrapResponseBody(resp, c.attempts, release)
 	return resp, nil
 }
 
@@ -156,7 +156,7 @@ func (c *call) send(a admission) (*http.Response, error) {
 func (c *call) attemptRequest() (*http.Request, *attemptTimer, error) {
 	first := c.attempts == 1
 	if first && c.body.passThrough() && c.header == nil && c.policy.attemptTimeout == 0 {
-		if c.body != nil {
+		if c.body.present() {
 			c.body.next() // the caller's body goes out as it is
 		}
 		return c.req, nil, nil
@@ -164,7 +164,7 @@ func (c *call) attemptRequest() (*http.Request, *attemptTimer, error) {
 	var body io.ReadCloser
 	var getBody func() (io.ReadCloser, error)
 	var length int64
-	if c.body != nil {
+	if c.body.present() {
 		var err error
 		if body, getBody, length, err = c.body.next(); err != nil {
 			return nil, nil, err
@@ -178,7 +178,7 @@ func (c *call) attemptRequest() (*http.Request, *attemptTimer, error) {
 	if c.header != nil {
 		out.Header = c.header
 	}
-	if c.body != nil {
+	if c.body.present() {
 		out.Body, out.GetBody, out.ContentLength = body, getBody, length
 	}
 	return out, timeout, nil
@@ -214,7 +214,7 @@ func (c *call) finish(resp *http.Response, err error, stop string) (*http.Respon
 	}
 	if err == nil {
 		if b := trackedBody(resp); b != nil && (resp.StatusCode >= 400 || stop != "") {
-			b.stopReason, b.retryAt, b.decidedAt = stop, c.retryAt, c.t.cfg.clock.Now()
+			b.verdict = &verdict{stopReason: stop, retryAt: c.retryAt, decidedAt: c.t.cfg.clock.Now()}
 		}
 		return resp, nil
 	}

@@ -25,7 +25,7 @@ func validateRequest(req *http.Request) error {
 		return fmt.Errorf("%w: no host in URL", ErrInvalidRequest)
 	case !validHost(req.URL.Host):
 		return fmt.Errorf("%w: invalid host %q", ErrInvalidRequest, req.URL.Host)
-	case req.Host != "" && !validHost(req.Host):
+	case req.Host != "" && req.Host != req.URL.Host && !validHost(req.Host):
 		return fmt.Errorf("%w: invalid host %q", ErrInvalidRequest, req.Host)
 	case req.Method != "" && !isToken(req.Method):
 		return fmt.Errorf("%w: invalid method %q", ErrInvalidRequest, req.Method)
@@ -43,14 +43,31 @@ func validateRequest(req *http.Request) error {
 	return nil
 }
 
+// Byte classes, as tables: validation runs on every request.
+var (
+	tokenByte = byteClass(func(c byte) bool {
+		return c > ' ' && c < 0x7f && strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) < 0
+	})
+	hostByte = byteClass(func(c byte) bool {
+		return c > ' ' && c != 0x7f && strings.IndexByte("\"#/<>?@\\^`{|}", c) < 0
+	})
+	valueByte = byteClass(func(c byte) bool { return (c >= ' ' || c == '\t') && c != 0x7f })
+)
+
+func byteClass(in func(byte) bool) (t [256]bool) {
+	for i := range t {
+		t[i] = in(byte(i))
+	}
+	return t
+}
+
 // isToken reports whether s is an RFC 9110 token (header names, methods).
 func isToken(s string) bool {
 	if s == "" {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x80 || !(c > ' ' && c < 0x7f) || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+		if !tokenByte[s[i]] {
 			return false
 		}
 	}
@@ -63,7 +80,7 @@ func isToken(s string) bool {
 // from 0x80 up pass: net/http converts international names to punycode.
 func validHost(h string) bool {
 	for i := 0; i < len(h); i++ {
-		if c := h[i]; c <= ' ' || c == 0x7f || strings.IndexByte("\"#/<>?@\\^`{|}", c) >= 0 {
+		if !hostByte[h[i]] {
 			return false
 		}
 	}
@@ -74,7 +91,7 @@ func validHost(h string) bool {
 // net/http requires.
 func validHeaderValue(v string) bool {
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+		if !valueByte[v[i]] {
 			return false
 		}
 	}
