@@ -40,16 +40,20 @@ func (c *call) admit() (admission, error) {
 func (c *call) schedule(u *upstream) (pass, error) {
 	now := c.t.cfg.clock.Now()
 	start, w, p := u.schedule(now, c.policy.jitter)
+	if w != nil {
+		// Queued behind the probe: start is only the ramp's latest time, not
+		// a wait the server asked for. The probe's answer gives the slot.
+		start = now
+	}
 	var booked reservation
+	var limitAt time.Time // when the client-side limits let this attempt go
 	if u.limits != nil {
 		var in, out int
 		if u.limits.countsTokens() {
 			in, out = c.tokens() // only then: estimating reads the body
 		}
-		var at time.Time
-		if at, booked = u.limits.reserve(now, in, out); at.After(start) {
-			start = at
-		}
+		limitAt, booked = u.limits.reserve(now, in, out)
+		start = later(start, limitAt)
 	}
 	if err := c.admissible(now, start); err != nil {
 		booked.cancel(now)
@@ -59,12 +63,16 @@ func (c *call) schedule(u *upstream) (pass, error) {
 		return pass{}, err
 	}
 	if w != nil {
-		var err error
-		if start, p, err = c.awaitProbe(u, w, start); err != nil {
+		slot, q, err := c.awaitProbe(u, w)
+		if err != nil {
 			booked.cancel(now)
 			return pass{}, err
 		}
-		now = c.t.cfg.clock.Now()
+		p, now, start = q, c.t.cfg.clock.Now(), later(slot, limitAt)
+		if err := c.admissible(now, start); err != nil { // the answer may hold the upstream
+			booked.cancel(now)
+			return pass{}, err
+		}
 	}
 	if d := start.Sub(now); d > 0 {
 		if err := c.wait(d); err != nil {
@@ -73,6 +81,13 @@ func (c *call) schedule(u *upstream) (pass, error) {
 		}
 	}
 	return p, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // admissible fails the request at once when its start would fall past the
@@ -97,8 +112,8 @@ func (c *call) admissible(now, start time.Time) error {
 
 // awaitProbe waits for the upstream's probe to answer, or for the waiter's
 // ramp time, whichever comes first, and returns when to start.
-func (c *call) awaitProbe(u *upstream, w *waiter, rampAt time.Time) (time.Time, pass, error) {
-	ch, stop := c.t.cfg.clock.NewTimer(rampAt.Sub(c.t.cfg.clock.Now()))
+func (c *call) awaitProbe(u *upstream, w *waiter) (time.Time, pass, error) {
+	ch, stop := c.t.cfg.clock.NewTimer(u.rampAt(w.n).Sub(c.t.cfg.clock.Now()))
 	defer stop()
 	select {
 	case <-w.released:

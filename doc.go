@@ -12,13 +12,21 @@
 //
 //  1. admit: the request is checked once (a request that can never succeed,
 //     such as one with an unsupported scheme or an invalid header, is refused
-//     before anything is sent);
+//     before anything is sent); then each attempt waits its turn on its
+//     upstream: past a hold (a 429, or a quota the headers say is used up),
+//     at the pace the rate-limit headers imply, within client-side limits
+//     (WithRateLimit), first come first served, and for a concurrency slot
+//     (WithMaxConcurrency). A request that could not be admitted in time
+//     fails at once with ErrRateLimited;
 //  2. send: the attempt goes out with a fresh, byte-identical copy of the body
 //     (req.GetBody, a rewound io.Seeker, or a bounded buffer teed from the
 //     first attempt) and, if set, its own timeout;
-//  3. classify: 408, 429, 500, 502, 503, 504, 529 and network errors are
-//     transient, everything else final; x-should-retry overrides the status,
-//     and WithClassifier can decide first;
+//  3. observe and classify: the response's rate-limit headers teach the
+//     upstream's pacing; 408, 429, 500, 502, 503, 504, 529 and network
+//     errors are transient, everything else final, with the exceptions real
+//     APIs force (a rate-limit 403 is transient, a 429 for exhausted quota
+//     final); x-should-retry overrides the status, and WithClassifier can
+//     decide first;
 //  4. wait: the server's Retry-After or retry-after-ms is a floor; otherwise
 //     exponential backoff with jitter (1s, 2s, 4s, 8s, 16s, each plus up to
 //     1s, by default). A wait the server asks for that is longer than

@@ -35,8 +35,11 @@ const (
 	// unused, so a response never reports exactly zero while paced.
 	headroom = 1
 	// rateCreep is how much the learned rate may rise per reading that does
-	// not contradict it.
-	rateCreep = 1.02
+	// not contradict it; rateRecover, when more than half the quota remains.
+	rateCreep   = 1.02
+	rateRecover = 1.1
+	// rateBackoff is what a 429 leaves of the learned rate.
+	rateBackoff = 0.7
 )
 
 type phase int
@@ -68,6 +71,8 @@ type upstream struct {
 	capacity float64
 	tat      time.Time
 	rate     float64 // the rate (per second) the headers imply (see learnLocked)
+	ceiling  float64 // below the rate that last drew a 429; 0: none yet
+	proven   float64 // the highest lower bound on the rate any reading gave
 	seq      uint64  // admissions so far; orders responses against admissions
 
 	heldUntil time.Time
@@ -202,6 +207,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, gotR
 		if until := now.Add(hold); until.After(u.heldUntil) {
 			u.heldUntil = until
 		}
+		u.throttled()
 	}
 	if limits.Known() {
 		u.learnLocked(now, limits, p.seq)
@@ -220,15 +226,9 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, seq uint64) {
 		u.heldUntil = until
 	}
 	q := l.Requests
-	if rate := impliedRate(now, l); rate > 0 {
-		// Each reading is an upper bound (see impliedRate), tight when the
-		// bucket was full before the request. Keep the lowest, but let it
-		// creep up so a raised limit is found again.
-		if u.rate == 0 || rate < u.rate*rateCreep {
-			u.rate = rate
-		} else {
-			u.rate *= rateCreep
-		}
+	lo, hi := rateBounds(now, l)
+	if hi > 0 {
+		u.rate = u.nextRate(lo, hi, q, float64(q.Limit-q.Remaining), q.Reset.Sub(now).Seconds())
 		u.interval = time.Duration(float64(time.Second) / (u.rate * paceMargin))
 		u.capacity = 1
 		if q.HasLimit && q.Limit > headroom+1 {
@@ -248,27 +248,81 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, seq uint64) {
 	}
 }
 
-// impliedRate is the request rate (per second) the headers allow: the policy
-// quota over its window when stated (IETF), the refill rate of a token
-// bucket (OpenAI, Anthropic: reset is when the bucket is full again), or,
-// for a fixed window running low, what remains spread over the time left.
-func impliedRate(now time.Time, l RateLimits) float64 {
+// throttled reacts to a 429: the learned rate was too high. Drop it by
+// rateBackoff (not below what readings proved), and never again rise above
+// nine tenths of it.
+func (u *upstream) throttled() {
+	if u.rate == 0 {
+		return
+	}
+	u.ceiling = u.rate * 0.9
+	u.rate = max(u.rate*rateBackoff, u.proven)
+	u.interval = time.Duration(float64(time.Second) / (u.rate * paceMargin))
+}
+
+// nextRate folds one reading's bounds on the refill rate into the learned
+// rate. The highest lower bound ever read is kept (proven); the rate rises
+// from there while nothing contradicts it (by rateCreep a reading, faster
+// when more than half the quota remains, so an estimate that started low
+// recovers), and never leaves the bounds: hi, and the ceiling a 429 set.
+func (u *upstream) nextRate(lo, hi float64, q Quota, missing float64, left float64) float64 {
+	u.proven = max(u.proven, lo)
+	rate := u.rate
+	switch {
+	case rate == 0 && !math.IsInf(hi, 1):
+		rate = hi
+	case rate == 0:
+		rate = max(missing/left, 1) // a guess, below the truth: the reset may be late
+	case q.HasLimit && q.HasRemaining && q.Remaining*2 > q.Limit:
+		rate *= rateRecover
+	default:
+		rate *= rateCreep
+	}
+	if u.ceiling > 0 {
+		hi = min(hi, u.ceiling)
+	}
+	return max(min(rate, hi), u.proven)
+}
+
+// rateBounds returns what the headers prove about the request rate (per
+// second) the upstream allows, as bounds lo <= rate <= hi; hi is +Inf when
+// nothing caps it and 0 when the headers imply no rate at all.
+//
+//   - A policy quota over its window (IETF) states the rate.
+//   - A token bucket (OpenAI, Anthropic: Reset is when it is full again)
+//     misses between Limit-Remaining-1 and Limit-Remaining units (Remaining
+//     is rounded down), refilled in the time to Reset. A reset given in whole
+//     seconds (Anthropic) may be up to a second late, which loosens hi.
+//   - A fixed window running low (under a quarter left) is spread over the
+//     time left: Remaining over the time to Reset.
+func rateBounds(now time.Time, l RateLimits) (lo, hi float64) {
 	q := l.Requests
 	if l.Window > 0 && q.HasLimit && q.Limit > 0 {
-		return float64(q.Limit) / l.Window.Seconds()
+		r := float64(q.Limit) / l.Window.Seconds()
+		return r, r
 	}
 	left := q.Reset.Sub(now).Seconds()
-	if left <= 0 || !q.HasRemaining {
-		return 0
+	if left <= 0 || !q.HasRemaining || !q.HasLimit {
+		return 0, 0
 	}
-	if l.Replenishing && q.HasLimit && q.Limit > q.Remaining {
-		// Remaining is rounded down, so at most Limit-Remaining units are
-		// missing: this is an upper bound on the refill rate, exact when the
-		// bucket was full before the request.
-		return float64(q.Limit-q.Remaining) / left
+	if !l.Replenishing {
+		if q.Remaining*4 < q.Limit && q.Remaining > 0 {
+			r := float64(q.Remaining) / left
+			return r, r
+		}
+		return 0, 0
 	}
-	if !l.Replenishing && q.HasLimit && q.Remaining*4 < q.Limit && q.Remaining > 0 {
-		return float64(q.Remaining) / left
+	if q.Limit <= q.Remaining {
+		return 0, 0
 	}
-	return 0
+	missing := float64(q.Limit - q.Remaining)
+	lo = max(missing-1, 0) / left
+	hi = missing / left
+	if q.Reset.Nanosecond() == 0 { // whole seconds: the true wait may be a second shorter
+		hi = math.Inf(1)
+		if left > 1 {
+			hi = missing / (left - 1)
+		}
+	}
+	return lo, hi
 }

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -311,4 +312,54 @@ func TestKeyFuncSeparatesQuotas(t *testing.T) {
 	resp.Body.Close()
 	assert.Empty(t, clk.Sleeps(), "key b is not held by key a's 429")
 	assert.True(t, strings.HasPrefix(resp.Status, "") && resp.StatusCode == 200)
+}
+
+func TestRateBoundsPerFamily(t *testing.T) {
+	now := testStart.Add(250 * time.Millisecond)
+	cases := []struct {
+		name   string
+		limits RateLimits
+		lo, hi float64
+	}{
+		{"IETF policy states the rate", RateLimits{Requests: Quota{Limit: 100, HasLimit: true}, Window: time.Second}, 100, 100},
+		{"bucket with a precise reset", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 6, HasLimit: true, HasRemaining: true, Reset: now.Add(40 * time.Millisecond)}}, 75, 100},
+		{"bucket with a whole-second reset under a second away", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 6, HasLimit: true, HasRemaining: true, Reset: testStart.Add(time.Second)}}, 4, math.Inf(1)},
+		{"bucket with a whole-second reset further away", RateLimits{Replenishing: true, Requests: Quota{Limit: 100, Remaining: 0, HasLimit: true, HasRemaining: true, Reset: testStart.Add(3 * time.Second)}}, 99 / 2.75, 100 / 1.75},
+		{"fixed window running low", RateLimits{Requests: Quota{Limit: 5000, Remaining: 100, HasLimit: true, HasRemaining: true, Reset: now.Add(50 * time.Second)}}, 2, 2},
+		{"fixed window with plenty left", RateLimits{Requests: Quota{Limit: 5000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: now.Add(50 * time.Second)}}, 0, 0},
+		{"full bucket says nothing", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 10, HasLimit: true, HasRemaining: true, Reset: now}}, 0, 0},
+	}
+	for _, c := range cases {
+		lo, hi := rateBounds(now, c.limits)
+		assert.InDelta(t, c.lo, lo, 1e-9, c.name)
+		if math.IsInf(c.hi, 1) {
+			assert.True(t, math.IsInf(hi, 1), c.name)
+		} else {
+			assert.InDelta(t, c.hi, hi, 1e-9, c.name)
+		}
+	}
+}
+
+func TestLearnedRateRecoversFromALowStart(t *testing.T) {
+	u := &upstream{}
+	plenty := Quota{Limit: 10, Remaining: 8, HasLimit: true, HasRemaining: true}
+	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5)
+	assert.Equal(t, 4.0, u.rate, "no bound at all: start from the reading itself")
+	for i := 0; i < 10; i++ {
+		u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5)
+	}
+	assert.InDelta(t, 4*math.Pow(1.1, 10), u.rate, 1e-9, "plenty left: the rate rises")
+	u.rate = u.nextRate(0, 6, plenty, 2, 0.5)
+	assert.Equal(t, 6.0, u.rate, "never above what a reading proves")
+	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1)
+	assert.InDelta(t, 6*1.02, u.rate, 1e-9, "low quota: a slow creep")
+	u.throttled()
+	assert.InDelta(t, 6*1.02*0.9, u.ceiling, 1e-9, "a 429 sets a ceiling")
+	assert.Equal(t, 5.0, u.rate, "and drops the rate, not below what was proven")
+	u.rate = u.nextRate(5.5, math.Inf(1), plenty, 2, 0.5)
+	assert.InDelta(t, 5.5, u.rate, 1e-9, "recovering")
+	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5)
+	assert.InDelta(t, 6*1.02*0.9, u.rate, 1e-9, "up to the ceiling")
+	u.rate = u.nextRate(7, math.Inf(1), plenty, 2, 0.5)
+	assert.Equal(t, 7.0, u.rate, "never below what a reading proves")
 }

@@ -47,8 +47,9 @@ func (t *RetryTransport) CloseIdleConnections() {
 
 // RoundTrip sends req, retrying transient failures as the policy allows.
 //
-// A request passes these stages on every attempt: admit (the request is valid
-// and may go now) → send (a fresh copy of the body) → classify (transient or
+// A request passes these stages on every attempt: admit (holds, pacing,
+// client-side limits, concurrency) → send (a fresh copy of the body) →
+// observe (what the headers say of the upstream) → classify (transient or
 // final) → wait (backoff or the server's wait, within the caller's deadline),
 // or return. It returns the last response with its body unread when retries
 // end on a response, and an *Error when they end on a transport error. The
