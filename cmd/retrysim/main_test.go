@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,14 +29,36 @@ func TestMain(m *testing.M) {
 
 // fastRun runs the simulator on a fake clock: every backoff and Retry-After
 // wait passes at once and is recorded, so the test sleeps through nothing.
-func fastRun(t *testing.T, cfg config) ([]result, string, *fakeclock.Clock) {
+func fastRun(t *testing.T, cfg config) ([]result, string, *retryWaits) {
 	t.Helper()
 	clk := fakeclock.NewAuto(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	waits := &retryWaits{}
 	var out bytes.Buffer
-	results, err := run(context.Background(), &out, cfg, retryhttp.WithClock(clk))
+	results, err := run(context.Background(), &out, cfg, retryhttp.WithClock(clk),
+		retryhttp.WithHooks(retryhttp.Hooks{OnRetry: waits.record}))
 	require.NoError(t, err)
 	require.Len(t, results, 2)
-	return results, out.String(), clk
+	return results, out.String(), waits
+}
+
+// retryWaits records the wait before every retry, as the OnRetry hook
+// reports it. (The fake clock also sees the upstream's slow-start and hold
+// timers, which are not retries.)
+type retryWaits struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (r *retryWaits) record(e retryhttp.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.waits = append(r.waits, e.Wait)
+}
+
+func (r *retryWaits) Sleeps() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Duration(nil), r.waits...)
 }
 
 // leadingFailures is how many attempts of request id the script fails before
@@ -79,8 +102,7 @@ func TestRunRetryhttpRecoversWhatPlainClientLoses(t *testing.T) {
 		}
 	}
 
-	// Every retry waited on the fake clock, and a 429's wait honoured its
-	// Retry-After: 1 floor.
+	// Every retry waited, and a 429's wait honoured its Retry-After: 1 floor.
 	sleeps := clk.Sleeps()
 	assert.Len(t, sleeps, retry.serverAttempts-cfg.requests)
 	assert.GreaterOrEqual(t, slicesMax(sleeps), time.Second)
