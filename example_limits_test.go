@@ -14,49 +14,6 @@ import (
 	"github.com/retryhttp/retryhttp"
 )
 
-// skipClock is a fake retryhttp.Clock for the rate-limit examples, like
-// instantClock in example_test.go: every wait passes at once and is recorded,
-// and the clock's time moves on by the wait, so pacing of seconds is shown
-// exactly in microseconds. It suits requests sent one after another.
-type skipClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	waits []time.Duration
-}
-
-func (c *skipClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *skipClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.waits = append(c.waits, d)
-	c.now = c.now.Add(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.now // already fired
-	return ch, func() bool { return false }
-}
-
-// AfterFunc never calls f: the examples set no attempt timeout.
-func (c *skipClock) AfterFunc(d time.Duration, f func()) func() bool {
-	return func() bool { return true }
-}
-
-// Waits returns the waits so far, rounded to the millisecond: the limiter
-// works in floating point, so a 100ms gap may come out a nanosecond short.
-func (c *skipClock) Waits() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	waits := make([]time.Duration, len(c.waits))
-	for i, d := range c.waits {
-		waits[i] = d.Round(time.Millisecond)
-	}
-	return waits
-}
-
 // WithRateLimit keeps requests under a provider's published limits before
 // they leave, instead of finding the limit through 429s. 600 requests a
 // minute is 10 a second: one second's worth (10 requests) may go at once,
@@ -69,7 +26,7 @@ func ExampleWithRateLimit() {
 	}))
 	defer srv.Close()
 
-	clock := &skipClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	client := &http.Client{Transport: retryhttp.New(nil,
 		retryhttp.WithRateLimit(retryhttp.Limits{RequestsPerMinute: 600}),
 		retryhttp.WithClock(clock))}
@@ -148,7 +105,7 @@ func ExampleLimits() {
 	}))
 	defer srv.Close()
 
-	clock := &skipClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	client := &http.Client{Transport: retryhttp.New(nil,
 		retryhttp.WithRateLimit(retryhttp.Limits{
 			RequestsPerMinute:     50,

@@ -457,10 +457,16 @@ func (c *instantClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return func() bool { return true }
 }
 
+// Waits returns the waits so far, rounded to the millisecond: rate limiters
+// work in floating point, so a 100ms gap may come out a nanosecond short.
 func (c *instantClock) Waits() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.waits...)
+	waits := make([]time.Duration, len(c.waits))
+	for i, d := range c.waits {
+		waits[i] = d.Round(time.Millisecond)
+	}
+	return waits
 }
 
 // WithClock replaces the system clock. A test clock such as instantClock

@@ -1,11 +1,6 @@
-// Package bench measures what retryhttp costs per request compared with the
-// bare transport it wraps and with two peer libraries, go-retryablehttp and
-// failsafe-go. It is a separate module so the peers never enter the
-// library's own go.mod.
-//
-// Every contender wraps the same stub base transport, which answers at once
-// without touching the network: the figures are the libraries' own overhead,
-// not the noise of sockets and kernels. See docs/benchmarks.md.
+// Per-request overhead: what retryhttp costs per request compared with the
+// bare transport and the peers, against a stub base transport.
+
 package bench
 
 import (
