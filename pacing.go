@@ -228,7 +228,8 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, seq uint64) {
 	q := l.Requests
 	lo, hi := rateBounds(now, l)
 	if hi > 0 {
-		u.rate = u.nextRate(lo, hi, q, float64(q.Limit-q.Remaining), q.Reset.Sub(now).Seconds())
+		binding := u.tat.After(now) // requests are waiting on the pace
+		u.rate = u.nextRate(lo, hi, q, float64(q.Limit-q.Remaining), q.Reset.Sub(now).Seconds(), binding)
 		u.interval = time.Duration(float64(time.Second) / (u.rate * paceMargin))
 		u.capacity = 1
 		if q.HasLimit && q.Limit > headroom+1 {
@@ -261,11 +262,12 @@ func (u *upstream) throttled() {
 }
 
 // nextRate folds one reading's bounds on the refill rate into the learned
-// rate. The highest lower bound ever read is kept (proven); the rate rises
-// from there while nothing contradicts it (by rateCreep a reading, faster
-// when more than half the quota remains, so an estimate that started low
-// recovers), and never leaves the bounds: hi, and the ceiling a 429 set.
-func (u *upstream) nextRate(lo, hi float64, q Quota, missing float64, left float64) float64 {
+// rate. The highest lower bound ever read is kept (proven); while the pace
+// is what holds requests back, the rate rises from there (by rateCreep a
+// reading, faster when more than half the quota remains, so an estimate that
+// started low recovers), and it never leaves the bounds: hi, and the ceiling
+// a 429 set.
+func (u *upstream) nextRate(lo, hi float64, q Quota, missing, left float64, binding bool) float64 {
 	u.proven = max(u.proven, lo)
 	rate := u.rate
 	switch {
@@ -273,6 +275,8 @@ func (u *upstream) nextRate(lo, hi float64, q Quota, missing float64, left float
 		rate = hi
 	case rate == 0:
 		rate = max(missing/left, 1) // a guess, below the truth: the reset may be late
+	case !binding:
+		// The pace holds nobody back: a higher rate would prove nothing.
 	case q.HasLimit && q.HasRemaining && q.Remaining*2 > q.Limit:
 		rate *= rateRecover
 	default:

@@ -343,23 +343,25 @@ func TestRateBoundsPerFamily(t *testing.T) {
 func TestLearnedRateRecoversFromALowStart(t *testing.T) {
 	u := &upstream{}
 	plenty := Quota{Limit: 10, Remaining: 8, HasLimit: true, HasRemaining: true}
-	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5)
+	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5, true)
 	assert.Equal(t, 4.0, u.rate, "no bound at all: start from the reading itself")
 	for i := 0; i < 10; i++ {
-		u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5)
+		u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5, true)
 	}
 	assert.InDelta(t, 4*math.Pow(1.1, 10), u.rate, 1e-9, "plenty left: the rate rises")
-	u.rate = u.nextRate(0, 6, plenty, 2, 0.5)
+	u.rate = u.nextRate(0, 6, plenty, 2, 0.5, true)
 	assert.Equal(t, 6.0, u.rate, "never above what a reading proves")
-	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1)
+	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1, true)
 	assert.InDelta(t, 6*1.02, u.rate, 1e-9, "low quota: a slow creep")
 	u.throttled()
 	assert.InDelta(t, 6*1.02*0.9, u.ceiling, 1e-9, "a 429 sets a ceiling")
 	assert.Equal(t, 5.0, u.rate, "and drops the rate, not below what was proven")
-	u.rate = u.nextRate(5.5, math.Inf(1), plenty, 2, 0.5)
+	u.rate = u.nextRate(5.5, math.Inf(1), plenty, 2, 0.5, true)
 	assert.InDelta(t, 5.5, u.rate, 1e-9, "recovering")
-	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5)
+	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5, true)
 	assert.InDelta(t, 6*1.02*0.9, u.rate, 1e-9, "up to the ceiling")
-	u.rate = u.nextRate(7, math.Inf(1), plenty, 2, 0.5)
+	u.rate = u.nextRate(7, math.Inf(1), plenty, 2, 0.5, true)
 	assert.Equal(t, 7.0, u.rate, "never below what a reading proves")
+	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5, false)
+	assert.Equal(t, 7.0, u.rate, "no growth while the pace holds nobody back")
 }
