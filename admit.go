@@ -74,13 +74,26 @@ func (c *call) schedule(u *upstream) (pass, error) {
 			return pass{}, err
 		}
 	}
-	if d := start.Sub(now); d > 0 {
-		if err := c.wait(d); err != nil {
+	for {
+		if d := start.Sub(now); d > 0 {
+			if err := c.wait(d); err != nil {
+				booked.cancel(now)
+				return pass{}, err
+			}
+		}
+		// A 429 may have held the upstream while this request waited for
+		// its slot: every waiting request pauses, not only new ones.
+		now = c.t.cfg.clock.Now()
+		held := u.holdUntil(now, c.policy.jitter)
+		if held.IsZero() {
+			return p, nil
+		}
+		if err := c.admissible(now, held); err != nil {
 			booked.cancel(now)
 			return pass{}, err
 		}
+		start = held
 	}
-	return p, nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -147,6 +147,22 @@ func (u *upstream) claim(w *waiter) (slot time.Time, seq uint64) {
 	return time.Time{}, w.seq
 }
 
+// holdUntil returns when a request that already has its slot may go if the
+// upstream is held now: a new slot after the hold, paced or spread with
+// jitter; zero when it is not held.
+func (u *upstream) holdUntil(now time.Time, jitter time.Duration) time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.heldUntil.After(now) {
+		return time.Time{}
+	}
+	start := u.afterHold(now, jitter)
+	if u.interval > 0 {
+		start = u.gcraLocked(start) // a new paced slot after the hold, not a herd
+	}
+	return start
+}
+
 // afterHold delays start past a hold, spreading the held requests with
 // jitter when no pacing rate does it for them.
 func (u *upstream) afterHold(now time.Time, jitter time.Duration) time.Time {

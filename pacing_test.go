@@ -365,3 +365,40 @@ func TestLearnedRateRecoversFromALowStart(t *testing.T) {
 	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5, false)
 	assert.Equal(t, 7.0, u.rate, "no growth while the pace holds nobody back")
 }
+
+func TestAHoldPausesRequestsAlreadyWaitingForTheirSlot(t *testing.T) {
+	clk := fakeclock.New(testStart)
+	var calls atomic.Int32
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		return &http.Response{StatusCode: 200, Header: openAIHeaders(10, 9, "10ms"), Body: http.NoBody}, nil
+	})
+	rt := New(base, WithClock(clk))
+	resp, err := rt.RoundTrip(get(t, "https://api.test/x")) // the probe: learns 100/s
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	var wg sync.WaitGroup
+	for i := 0; i < 9; i++ { // 8 slots are free now; the ninth waits for one
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := rt.RoundTrip(get(t, "https://api.test/x")); assert.NoError(t, err) {
+				resp.Body.Close()
+			}
+		}()
+	}
+	require.True(t, clk.WaitForTimers(1, 5*time.Second), "the ninth request sleeps until its slot")
+	require.Eventually(t, func() bool { return calls.Load() == 9 }, 5*time.Second, time.Millisecond)
+
+	// A 429 elsewhere holds the upstream for 5s while it sleeps.
+	u := rt.upstreams.get(upstreamKey{scheme: "https", host: "api.test"}, nil)
+	pass{u: u}.observe(clk.Now(), RateLimits{}, 5*time.Second, true)
+
+	clk.Advance(50 * time.Millisecond) // its slot comes: it must not go yet
+	require.True(t, clk.WaitForTimers(1, 5*time.Second), "it waits again, for the hold")
+	assert.Equal(t, int32(9), calls.Load())
+	clk.Advance(6 * time.Second)
+	wg.Wait()
+	assert.Equal(t, int32(10), calls.Load())
+}
