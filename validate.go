@@ -98,11 +98,13 @@ func validHeaderValue(v string) bool {
 	return true
 }
 
+// methodOf names the request's method for errors and logs ("" for no
+// request; net/http reads an empty method as GET).
 func methodOf(req *http.Request) string {
-	if req == nil || req.Method == "" {
-		if req == nil {
-			return ""
-		}
+	switch {
+	case req == nil:
+		return ""
+	case req.Method == "":
 		return http.MethodGet
 	}
 	return req.Method
