@@ -39,11 +39,11 @@ func (c *call) admit() (admission, error) {
 // limited or still probing.
 func (c *call) schedule(u *upstream) (pass, error) {
 	now := c.t.cfg.clock.Now()
-	start, w, p := u.schedule(now, c.policy.jitter)
+	t, w, p := u.schedule(now, c.policy.jitter)
 	if w != nil {
-		// Queued behind the probe: start is only the ramp's latest time, not
-		// a wait the server asked for. The probe's answer gives the slot.
-		start = now
+		// Queued behind the probe: t is only the ramp's latest time, not
+		// a wait the server asked for. The probe's answer gives the turn.
+		t = turn{at: now}
 	}
 	var booked reservation
 	var limitAt time.Time // when the client-side limits let this attempt go
@@ -53,9 +53,8 @@ func (c *call) schedule(u *upstream) (pass, error) {
 			in, out = c.tokens() // only then: estimating reads the body
 		}
 		limitAt, booked = u.limits.reserve(now, in, out)
-		start = later(start, limitAt)
 	}
-	if err := c.admissible(now, start); err != nil {
+	if err := c.admissible(now, later(t.at, limitAt)); err != nil {
 		booked.cancel(now)
 		if w != nil {
 			u.claim(w)
@@ -63,37 +62,56 @@ func (c *call) schedule(u *upstream) (pass, error) {
 		return pass{}, err
 	}
 	if w != nil {
-		slot, q, err := c.awaitProbe(u, w)
-		if err != nil {
-			booked.cancel(now)
-			return pass{}, err
-		}
-		p, now, start = q, c.t.cfg.clock.Now(), later(slot, limitAt)
-		if err := c.admissible(now, start); err != nil { // the answer may hold the upstream
+		var err error
+		if t, p, err = c.awaitProbe(u, w); err != nil {
 			booked.cancel(now)
 			return pass{}, err
 		}
 	}
+	if err := c.awaitTurn(u, t, limitAt); err != nil {
+		booked.cancel(c.t.cfg.clock.Now())
+		return pass{}, err
+	}
+	u.dispatch(&p)
+	return p, nil
+}
+
+// awaitTurn waits until the turn comes and the client-side limits allow the
+// attempt. The turn is looked at again whenever a wait ends: a 429 may have
+// held the upstream meanwhile (every waiting request pauses, not only new
+// ones), and a new reading may have changed the pace (a quicker pace wakes
+// the waiters at once).
+func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time) error {
 	for {
-		if d := start.Sub(now); d > 0 {
-			if err := c.wait(d); err != nil {
-				booked.cancel(now)
-				return pass{}, err
-			}
+		now := c.t.cfg.clock.Now()
+		at, quicker := u.recheck(now, &t, c.policy.jitter)
+		start := later(at, limitAt)
+		if !start.After(now) {
+			return nil
 		}
-		// A 429 may have held the upstream while this request waited for
-		// its slot: every waiting request pauses, not only new ones.
-		now = c.t.cfg.clock.Now()
-		held := u.holdUntil(now, c.policy.jitter)
-		if held.IsZero() {
-			return p, nil
+		if err := c.admissible(now, start); err != nil {
+			return err
 		}
-		if err := c.admissible(now, held); err != nil {
-			booked.cancel(now)
-			return pass{}, err
+		if err := c.waitOr(start.Sub(now), quicker); err != nil {
+			return err
 		}
-		start = held
 	}
+}
+
+// waitOr is wait that also ends, without error, when wake is closed.
+func (c *call) waitOr(d time.Duration, wake <-chan struct{}) error {
+	if wake == nil {
+		return c.wait(d)
+	}
+	ch, stop := c.t.cfg.clock.NewTimer(d)
+	defer stop()
+	select {
+	case <-ch:
+	case <-wake:
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+	return nil
 }
 
 func later(a, b time.Time) time.Time {
@@ -125,7 +143,7 @@ func (c *call) admissible(now, start time.Time) error {
 
 // awaitProbe waits for the upstream's probe to answer, or for the waiter's
 // ramp time, whichever comes first, and returns when to start.
-func (c *call) awaitProbe(u *upstream, w *waiter) (time.Time, pass, error) {
+func (c *call) awaitProbe(u *upstream, w *waiter) (turn, pass, error) {
 	ch, stop := c.t.cfg.clock.NewTimer(u.rampAt(w.n).Sub(c.t.cfg.clock.Now()))
 	defer stop()
 	select {
@@ -133,13 +151,13 @@ func (c *call) awaitProbe(u *upstream, w *waiter) (time.Time, pass, error) {
 	case <-ch:
 	case <-c.ctx.Done():
 		u.claim(w)
-		return time.Time{}, pass{}, c.ctx.Err()
+		return turn{}, pass{}, c.ctx.Err()
 	}
-	slot, seq := u.claim(w)
-	if slot.IsZero() {
-		slot = c.t.cfg.clock.Now()
+	t := u.claim(w)
+	if t.at.IsZero() {
+		t.at = c.t.cfg.clock.Now()
 	}
-	return slot, pass{u: u, seq: seq}, nil
+	return t, pass{u: u}, nil
 }
 
 // tokens returns the request's token estimate, computed once per call.
@@ -178,5 +196,5 @@ func (c *call) observe(a admission, resp *http.Response) {
 			hold, _ = ParseRetryAfter(resp.Header, now)
 		}
 	}
-	a.pass.observe(now, limits, hold, resp != nil)
+	a.pass.observe(now, limits, hold, throttled, resp != nil)
 }

@@ -33,7 +33,7 @@ func TestGCRAPacesAtTheLearnedRate(t *testing.T) {
 	// 10-slot bucket, 9 left, full again in 10ms: it refills at 100/s.
 	limits := ParseRateLimits(openAIHeaders(10, 9, "10ms"), now)
 	require.True(t, limits.Replenishing)
-	pass{u: u, seq: 0}.observe(now, limits, 0, true)
+	pass{u: u}.observe(now, limits, 0, false, true)
 	margin := paceMargin
 	interval := time.Duration(float64(time.Second) / (100 * margin))
 	require.Equal(t, interval, u.interval)
@@ -42,7 +42,7 @@ func TestGCRAPacesAtTheLearnedRate(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		start, w, _ := u.schedule(now, 0)
 		require.Nil(t, w)
-		starts = append(starts, start.Sub(now))
+		starts = append(starts, start.at.Sub(now))
 	}
 	// 9 remain, one is kept as headroom: 8 go at once, then one per interval.
 	for i := 0; i < 8; i++ {
@@ -56,15 +56,16 @@ func TestGCRAPacesAtTheLearnedRate(t *testing.T) {
 func TestServerRemainingTightensThePace(t *testing.T) {
 	u := &upstream{phase: open}
 	now := testStart
-	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(10, 9, "10ms"), now), 0, true)
+	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(10, 9, "10ms"), now), 0, false, true)
 	for i := 0; i < 3; i++ {
-		u.schedule(now, 0)
+		_, _, p := u.schedule(now, 0)
+		u.dispatch(&p)
 	}
-	// The answer to admission 1 says only 2 remain: admissions 2 and 3 are
-	// still on their way, so nothing is left beyond the headroom.
-	pass{u: u, seq: 1}.observe(now, ParseRateLimits(openAIHeaders(10, 2, "80ms"), now), 0, true)
+	// The answer to the first attempt sent says only 2 remain: attempts 2
+	// and 3 are still on their way, so nothing is left beyond the headroom.
+	pass{u: u, sent: 1}.observe(now, ParseRateLimits(openAIHeaders(10, 2, "80ms"), now), 0, false, true)
 	start, _, _ := u.schedule(now, 0)
-	assert.Equal(t, 2*u.interval, start.Sub(now), "one interval pays the debt, one makes room")
+	assert.Equal(t, 2*u.interval, start.at.Sub(now), "one interval pays the debt, one makes room")
 }
 
 func TestExhaustedQuotaHoldsTheKeyUntilReset(t *testing.T) {
@@ -75,26 +76,26 @@ func TestExhaustedQuotaHoldsTheKeyUntilReset(t *testing.T) {
 		"X-Ratelimit-Remaining": {"0"},
 		"X-Ratelimit-Reset":     {fmt.Sprint(now.Add(42 * time.Second).Unix())},
 	}
-	pass{u: u}.observe(now, ParseRateLimits(h, now), 0, true)
+	pass{u: u}.observe(now, ParseRateLimits(h, now), 0, false, true)
 	start, _, _ := u.schedule(now, 0)
-	assert.Equal(t, now.Add(42*time.Second), start)
+	assert.Equal(t, now.Add(42*time.Second), start.at)
 }
 
 func TestA429PausesTheWholeKeyThenSpreads(t *testing.T) {
 	u := &upstream{phase: open}
 	now := testStart
-	pass{u: u}.observe(now, RateLimits{}, 3*time.Second, true)
+	pass{u: u}.observe(now, RateLimits{}, 3*time.Second, true, true)
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 20; i++ {
 		start, _, _ := u.schedule(now.Add(time.Second), time.Second)
-		d := start.Sub(now)
+		d := start.at.Sub(now)
 		assert.GreaterOrEqual(t, d, 3*time.Second)
 		assert.Less(t, d, 4*time.Second)
 		seen[d] = true
 	}
 	assert.Greater(t, len(seen), 10, "held requests are spread with jitter, not released as a herd")
 	start, _, _ := u.schedule(now.Add(5*time.Second), time.Second)
-	assert.Equal(t, now.Add(5*time.Second), start, "after the hold, requests go at once")
+	assert.Equal(t, now.Add(5*time.Second), start.at, "after the hold, requests go at once")
 }
 
 func TestSlowStartLetsTheProbeGoAloneThenPaces(t *testing.T) {
@@ -353,7 +354,7 @@ func TestLearnedRateRecoversFromALowStart(t *testing.T) {
 	assert.Equal(t, 6.0, u.rate, "never above what a reading proves")
 	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1, true)
 	assert.InDelta(t, 6*1.02, u.rate, 1e-9, "low quota: a slow creep")
-	u.throttled()
+	u.throttled(time.Unix(0, 0))
 	assert.InDelta(t, 6*1.02*0.9, u.ceiling, 1e-9, "a 429 sets a ceiling")
 	assert.Equal(t, 5.0, u.rate, "and drops the rate, not below what was proven")
 	u.rate = u.nextRate(5.5, math.Inf(1), plenty, 2, 0.5, true)
@@ -393,7 +394,7 @@ func TestAHoldPausesRequestsAlreadyWaitingForTheirSlot(t *testing.T) {
 
 	// A 429 elsewhere holds the upstream for 5s while it sleeps.
 	u := rt.upstreams.get(upstreamKey{scheme: "https", host: "api.test"}, nil)
-	pass{u: u}.observe(clk.Now(), RateLimits{}, 5*time.Second, true)
+	pass{u: u}.observe(clk.Now(), RateLimits{}, 5*time.Second, true, true)
 
 	clk.Advance(50 * time.Millisecond) // its slot comes: it must not go yet
 	require.True(t, clk.WaitForTimers(1, 5*time.Second), "it waits again, for the hold")
@@ -401,4 +402,130 @@ func TestAHoldPausesRequestsAlreadyWaitingForTheirSlot(t *testing.T) {
 	clk.Advance(6 * time.Second)
 	wg.Wait()
 	assert.Equal(t, int32(10), calls.Load())
+}
+
+func TestBookedTurnsMoveWithThePace(t *testing.T) {
+	u := &upstream{phase: open, capacity: 1}
+	now := testStart
+	u.setPaceLocked(now, 100*time.Millisecond)
+	var turns []turn
+	for i := 0; i < 4; i++ {
+		tn, _, _ := u.schedule(now, 0)
+		turns = append(turns, tn)
+	}
+	assert.Equal(t, 300*time.Millisecond, turns[3].at.Sub(now), "booked at 10/s")
+	_, quicker := u.recheck(now, &turns[3], 0)
+	require.NotNil(t, quicker)
+
+	u.mu.Lock()
+	u.setPaceLocked(now, 10*time.Millisecond) // a reading says 100/s
+	u.mu.Unlock()
+	select {
+	case <-quicker:
+	default:
+		t.Fatal("a quicker pace wakes the requests waiting for their turn")
+	}
+	for i, tn := range turns[1:] {
+		at, _ := u.recheck(now, &tn, 0)
+		assert.Equal(t, time.Duration(i+1)*10*time.Millisecond, at.Sub(now), "turn %d moved with the pace", i+1)
+	}
+	at, _ := u.recheck(now.Add(30*time.Millisecond), &turns[3], 0)
+	assert.True(t, at.IsZero(), "the last turn has come")
+}
+
+func TestASlowerPaceDoesNotWakeWaiters(t *testing.T) {
+	u := &upstream{phase: open, capacity: 1}
+	now := testStart
+	u.setPaceLocked(now, 10*time.Millisecond)
+	u.schedule(now, 0)
+	tn, _, _ := u.schedule(now, 0)
+	_, quicker := u.recheck(now, &tn, 0)
+	u.mu.Lock()
+	u.setPaceLocked(now, 20*time.Millisecond)
+	u.mu.Unlock()
+	select {
+	case <-quicker:
+		t.Fatal("woken by a slower pace")
+	default:
+	}
+	at, _ := u.recheck(now.Add(10*time.Millisecond), &tn, 0)
+	assert.Equal(t, 20*time.Millisecond, at.Sub(now), "a turn that came early under the old pace waits for the new one")
+}
+
+// anthropicHeaders are the request headers of an Anthropic-style bucket.
+func anthropicHeaders(limit, remaining int, reset time.Time) http.Header {
+	return http.Header{
+		"Anthropic-Ratelimit-Requests-Limit":     {fmt.Sprint(limit)},
+		"Anthropic-Ratelimit-Requests-Remaining": {fmt.Sprint(remaining)},
+		"Anthropic-Ratelimit-Requests-Reset":     {reset.UTC().Format(time.RFC3339)},
+	}
+}
+
+func TestCoarseBucketRateIsMeasuredFromItsDrain(t *testing.T) {
+	u := &upstream{phase: open}
+	now := testStart
+	reset := now.Add(time.Second)
+	send := func(n int) {
+		for i := 0; i < n; i++ {
+			_, _, p := u.schedule(now, 0)
+			u.dispatch(&p)
+		}
+	}
+	read := func(remaining int) {
+		pass{u: u, sent: u.sent}.observe(now, ParseRateLimits(anthropicHeaders(10, remaining, reset), now), 0, false, true)
+	}
+	send(1)
+	read(8) // the first reading: a first guess at the rate
+	require.True(t, u.coarse, "whole-second resets make a coarse bucket")
+	read(8) // where the measure starts
+	// 20 sent over 200ms while what remains went from 8 to 6: the bucket
+	// refilled 18 units, 90/s, within one unit (85/s to 95/s).
+	send(20)
+	now = now.Add(200 * time.Millisecond)
+	read(6)
+	assert.True(t, u.measured)
+	assert.InDelta(t, 90, u.rate, 1e-9, "the refill measured over the span")
+	assert.InDelta(t, 85, u.proven, 1e-9, "one unit less is proven")
+}
+
+func TestCoarseBucketProbesUpWhileItStaysFull(t *testing.T) {
+	u := &upstream{phase: open}
+	now := testStart
+	reset := now.Add(time.Second)
+	_, _, p := u.schedule(now, 0)
+	u.dispatch(&p)
+	for i := 0; i < 2; i++ { // a first guess, then where the measure starts
+		pass{u: u, sent: u.sent}.observe(now, ParseRateLimits(anthropicHeaders(10, 9, reset), now), 0, false, true)
+	}
+	before := u.rate
+	for i := 0; i < 5; i++ { // a queue waits on the pace: it binds
+		u.schedule(now, 0)
+	}
+	_, _, p = u.schedule(now, 0)
+	u.dispatch(&p)
+	now = now.Add(150 * time.Millisecond)
+	pass{u: u, sent: u.sent}.observe(now, ParseRateLimits(anthropicHeaders(10, 9, reset), now), 0, false, true)
+	assert.InDelta(t, 2*before, u.rate, 1e-9, "a bucket that stays full at this pace can take more: the rate doubles")
+}
+
+func TestShortfallHoldsWhatTheBucketLacks(t *testing.T) {
+	u := &upstream{phase: open, coarse: true, limit: 10, proven: 100}
+	now := testStart
+	u.latest = reading{at: now, remaining: 3, sent: 5}
+	u.sent = 5
+	assert.Zero(t, u.shortfallLocked(now), "3 left: one can go, keeping a unit of headroom")
+	u.sent = 7
+	assert.Equal(t, 10*time.Millisecond, u.shortfallLocked(now), "1 left after two more: wait for one unit at 100/s")
+	assert.Zero(t, u.shortfallLocked(now.Add(10*time.Millisecond)))
+}
+
+func TestExhaustedReplenishingQuotaWaitsForOneUnitOnceTheRateIsProven(t *testing.T) {
+	u := &upstream{phase: open, proven: 50}
+	now := testStart
+	pass{u: u}.observe(now, ParseRateLimits(anthropicHeaders(10, 0, now.Add(time.Second)), now), 0, false, true)
+	assert.Equal(t, 20*time.Millisecond, u.heldUntil.Sub(now), "one unit at 50/s, not the whole second to full")
+
+	u = &upstream{phase: open}
+	pass{u: u}.observe(now, ParseRateLimits(anthropicHeaders(10, 0, now.Add(time.Second)), now), 0, false, true)
+	assert.Equal(t, time.Second, u.heldUntil.Sub(now), "no proven rate: until the reset")
 }

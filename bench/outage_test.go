@@ -1,0 +1,606 @@
+// Behaviour under overload (issue 4): an outage that ends (BenchmarkOutage)
+// and a provider with a fixed capacity (BenchmarkCapacity), for the bare
+// transport and the three libraries with their defaults.
+
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+)
+
+// The outage scenario of issue 4: 100 requests per second offered for 6 s,
+// open loop, to a provider that answers 529 for the first 3 s.
+const (
+	outageInterval   = 10 * time.Millisecond // request i starts at i × 10 ms: 100 req/s
+	outageRequests   = 600                   // 6 s of load
+	outageReqTimeout = 30 * time.Second      // per request, retries included, so nothing hangs
+	outageRunTimeout = 2 * time.Minute       // the whole scenario, whatever a contender does
+)
+
+// The capacity scenario of issue 4: 150 callers, each sending 10 requests one
+// after another, against a provider that serves 50 at once for 20 ms each.
+// Three callers per slot is sustained overload, not a passing burst: every
+// contender finds the provider full for most of the run.
+const (
+	capacityWorkers    = 150
+	capacityPerWorker  = 10
+	capacityRequests   = capacityWorkers * capacityPerWorker
+	capacityReqTimeout = 30 * time.Second // per request, retries included
+	capacityRunTimeout = 5 * time.Minute  // the whole scenario
+)
+
+// messagesPath is the endpoint both scenarios call; the providers answer any.
+const messagesPath = "/v1/messages"
+
+// openLoop is an open-loop load: request i starts at start + i×interval in a
+// goroutine of its own, whether or not earlier ones have finished, as
+// independent users do. A closed loop would slow down with the provider and
+// hide how much load the retries add.
+type openLoop struct {
+	interval   time.Duration
+	n          int
+	reqTimeout time.Duration // from the request's scheduled start
+	runTimeout time.Duration // from start, for the whole run
+}
+
+// offeredBefore is how many of the load's requests are scheduled to start
+// before d has passed: the requests offered during an outage of length d.
+func (l openLoop) offeredBefore(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	k := int((d + l.interval - 1) / l.interval) // i×interval < d ⇔ i < d/interval
+	return min(k, l.n)
+}
+
+// loadResult is what the callers saw in one run.
+type loadResult struct {
+	wall      time.Duration
+	failed    int
+	reasons   map[string]int  // failure reason → count
+	latencies []time.Duration // of successful requests, in completion order
+}
+
+// record adds one request's outcome.
+func (r *loadResult) record(reason string, latency time.Duration) {
+	if reason != "" {
+		r.failed++
+		r.reasons[reason]++
+		return
+	}
+	r.latencies = append(r.latencies, latency)
+}
+
+// runOpenLoop offers load to url through client from start on and returns
+// when every request has finished. A request's latency runs from its
+// scheduled start, so a late scheduler would count against the result, never
+// for it.
+func runOpenLoop(client *http.Client, url string, start time.Time, load openLoop) loadResult {
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(load.runTimeout))
+	defer cancel()
+	res := loadResult{reasons: map[string]int{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < load.n; i++ {
+		at := start.Add(time.Duration(i) * load.interval)
+		time.Sleep(time.Until(at))
+		if ctx.Err() != nil {
+			// The run's bound cut the schedule short (not in a sane run):
+			// the requests never sent count as failed.
+			mu.Lock()
+			for ; i < load.n; i++ {
+				res.record("not sent: run timeout", 0)
+			}
+			mu.Unlock()
+			break
+		}
+		wg.Add(1)
+		go func(id int, at time.Time) {
+			defer wg.Done()
+			rctx, rcancel := context.WithDeadline(ctx, at.Add(load.reqTimeout))
+			defer rcancel()
+			reason := goodputRequest(rctx, client, url, id)
+			lat := time.Since(at)
+			mu.Lock()
+			res.record(reason, lat)
+			mu.Unlock()
+		}(i, at)
+	}
+	wg.Wait()
+	res.wall = time.Since(start)
+	return res
+}
+
+// runClosedLoop sends workers×perWorker requests to url through client from
+// workers goroutines that start together, each sending its share one after
+// another, and returns when all have finished.
+func runClosedLoop(client *http.Client, url string, workers, perWorker int, reqTimeout, runTimeout time.Duration) loadResult {
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	res := loadResult{reasons: map[string]int{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	begin := make(chan struct{})
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			<-begin
+			for k := 0; k < perWorker; k++ {
+				t := time.Now()
+				rctx, rcancel := context.WithTimeout(ctx, reqTimeout)
+				reason := goodputRequest(rctx, client, url, w*perWorker+k)
+				rcancel()
+				lat := time.Since(t)
+				mu.Lock()
+				res.record(reason, lat)
+				mu.Unlock()
+			}
+		}(w)
+	}
+	t0 := time.Now()
+	close(begin)
+	wg.Wait()
+	res.wall = time.Since(t0)
+	return res
+}
+
+// percentile is the nearest-rank q-quantile (0 < q ≤ 1) of sorted durations.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}
+
+// ms is d in milliseconds, for metrics.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// reportLatency reports the p50 and p99 of the successful requests' latencies
+// pooled over all runs. With no success there is no latency to report, which
+// the log says rather than print a zero that reads as fast.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		b.Log("no request succeeded: no latency to report")
+		return
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(ms(percentile(lat, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
+}
+
+// BenchmarkOutage runs the outage scenario once per iteration for every
+// contender. Run it with -benchtime 1x: one scenario is about 6 to 10 s of
+// wall time.
+//
+// An op is one scenario of 600 requests offered at 100 req/s, the provider
+// answering 529 for the first 3 s (300 requests offered during it).
+// Metrics: outage-attempts/req is attempts that arrived during the outage
+// (and got 529) over requests offered during it, 1.0 when nothing is retried
+// into the outage; attempts/op are all requests the provider received;
+// failed/op are requests whose final outcome was an error or a status other
+// than 200; p50-ms and p99-ms are latencies of successful requests from their
+// scheduled start. ns/op is the scenario's wall time.
+func BenchmarkOutage(b *testing.B) {
+	for _, c := range goodputContenders() {
+		b.Run("impl="+c.name, func(b *testing.B) { runOutage(b, c.wrap) })
+	}
+}
+
+// runOutage runs b.N outage scenarios, each against a fresh provider through
+// a fresh contender over a fresh base transport.
+func runOutage(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
+	load := openLoop{interval: outageInterval, n: outageRequests, reqTimeout: outageReqTimeout, runTimeout: outageRunTimeout}
+	var offered, outageAttempts, attempts, failed, fused int
+	var lat []time.Duration
+	reasons := map[string]int{}
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		base := cleanhttp.DefaultPooledTransport()
+		client := &http.Client{Transport: wrap(base)}
+		p := NewOutageProvider(OutageConfig{})
+		b.StartTimer()
+		r := runOpenLoop(client, p.URL+messagesPath, p.Start(), load)
+		b.StopTimer()
+		base.CloseIdleConnections()
+		p.Close()
+		st := p.Stats()
+		offered += load.offeredBefore(p.Outage())
+		outageAttempts += st.Overloaded
+		attempts += st.Received
+		fused += st.Fused
+		failed += r.failed
+		lat = append(lat, r.latencies...)
+		for k, v := range r.reasons {
+			reasons[k] += v
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(outageAttempts)/float64(offered), "outage-attempts/req")
+	b.ReportMetric(float64(attempts)/n, "attempts/op")
+	b.ReportMetric(float64(failed)/n, "failed/op")
+	reportLatency(b, lat)
+	if fused > 0 {
+		b.Logf("the provider's fuse blew: %d requests answered 410", fused)
+	}
+	if len(reasons) > 0 {
+		b.Logf("failures over %d run(s): %s", b.N, summarize(reasons))
+	}
+}
+
+// BenchmarkCapacity runs the capacity scenario once per iteration for every
+// contender. Run it with -benchtime 1x.
+//
+// An op is one scenario of 1500 requests from 150 closed-loop callers against
+// a provider that serves 50 at once, 20 ms each (at most 2500 req/s, so the
+// ideal wall time is 0.6 s), and answers 503 beyond. Metrics: attempts/req is
+// the amplification, requests received over requests sent; goodput-req/s is
+// successful requests per second of wall time; failed/op as in
+// BenchmarkOutage; 503/op are the provider's rejections; p50-ms and p99-ms
+// are latencies of successful requests. ns/op is the scenario's wall time.
+func BenchmarkCapacity(b *testing.B) {
+	for _, c := range goodputContenders() {
+		b.Run("impl="+c.name, func(b *testing.B) { runCapacity(b, c.wrap) })
+	}
+}
+
+// runCapacity runs b.N capacity scenarios, each against a fresh provider
+// through a fresh contender over a fresh base transport.
+func runCapacity(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
+	var wall time.Duration
+	var attempts, rejected, succeeded, failed, fused, peak int
+	var lat []time.Duration
+	reasons := map[string]int{}
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		base := cleanhttp.DefaultPooledTransport()
+		client := &http.Client{Transport: wrap(base)}
+		p := NewCapacityProvider(CapacityConfig{})
+		b.StartTimer()
+		r := runClosedLoop(client, p.URL+messagesPath, capacityWorkers, capacityPerWorker, capacityReqTimeout, capacityRunTimeout)
+		b.StopTimer()
+		base.CloseIdleConnections()
+		p.Close()
+		st := p.Stats()
+		wall += r.wall
+		attempts += st.Received
+		rejected += st.Rejected
+		fused += st.Fused
+		peak = max(peak, st.Peak)
+		failed += r.failed
+		succeeded += len(r.latencies)
+		lat = append(lat, r.latencies...)
+		for k, v := range r.reasons {
+			reasons[k] += v
+		}
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(attempts)/float64(b.N*capacityRequests), "attempts/req")
+	b.ReportMetric(float64(succeeded)/wall.Seconds(), "goodput-req/s")
+	b.ReportMetric(float64(failed)/n, "failed/op")
+	b.ReportMetric(float64(rejected)/n, "503/op")
+	reportLatency(b, lat)
+	b.Logf("peak requests in service: %d of %d", peak, DefaultCapacity)
+	if fused > 0 {
+		b.Logf("the provider's fuse blew: %d requests answered 410", fused)
+	}
+	if len(reasons) > 0 {
+		b.Logf("failures over %d run(s): %s", b.N, summarize(reasons))
+	}
+}
+
+// anthropicError is the part of Anthropic's error body the tests check.
+type anthropicError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+	RequestID string `json:"request_id"`
+}
+
+// TestOutageProviderWindow checks the outage provider against an injected
+// clock: 529 with Anthropic's overloaded_error body, a matching request-id
+// header and no Retry-After until exactly Outage has passed, 200 from then
+// on, and stats that count the arrivals inside the window.
+func TestOutageProviderWindow(t *testing.T) {
+	clk := &manualClock{t: t0}
+	p := NewOutageProvider(OutageConfig{Now: clk.Now})
+	defer p.Close()
+	tr := cleanhttp.DefaultPooledTransport()
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+
+	if !p.Start().Equal(t0) || p.Outage() != DefaultOutage {
+		t.Fatalf("start %v outage %v, want %v and %v", p.Start(), p.Outage(), t0, DefaultOutage)
+	}
+	for i, step := range []struct {
+		advance time.Duration
+		status  int
+	}{
+		{0, 529},
+		{DefaultOutage - time.Millisecond, 529}, // the last millisecond of the outage
+		{time.Millisecond, 200},                 // exactly Outage after the start: recovered
+		{time.Second, 200},
+	} {
+		clk.Advance(step.advance)
+		a := send(t, c, p.URL, i)
+		if a.status != step.status {
+			t.Fatalf("request %d: status %d, want %d", i, a.status, step.status)
+		}
+		if ct := a.header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("request %d: Content-Type %q", i, ct)
+		}
+		if ra, ok := a.header["Retry-After"]; ok {
+			t.Errorf("request %d: Retry-After %q, want none by default", i, ra)
+		}
+		rid := a.header.Get("Request-Id")
+		if rid == "" {
+			t.Errorf("request %d: no request-id header", i)
+		}
+		if step.status != 529 {
+			continue
+		}
+		var e anthropicError
+		if err := json.Unmarshal(a.body, &e); err != nil {
+			t.Fatalf("request %d: body %q is not JSON: %v", i, a.body, err)
+		}
+		if e.Type != "error" || e.Error.Type != "overloaded_error" || e.Error.Message != "Overloaded" || e.RequestID != rid {
+			t.Errorf("request %d: body %s with request-id %q, want Anthropic's overloaded_error with the same request_id", i, a.body, rid)
+		}
+	}
+	st := p.Stats()
+	want := []time.Duration{0, DefaultOutage - time.Millisecond, DefaultOutage, DefaultOutage + time.Second}
+	if st.Received != 4 || st.Overloaded != 2 || st.OK != 2 || st.Fused != 0 || len(st.Arrivals) != 4 {
+		t.Fatalf("stats %+v, want 4 received, 2 overloaded, 2 OK", st)
+	}
+	for i, d := range want {
+		if st.Arrivals[i] != d {
+			t.Errorf("arrival %d at %v, want %v", i, st.Arrivals[i], d)
+		}
+	}
+}
+
+// TestOutageProviderOptions checks the configurable parts: a Retry-After on
+// the 529s only, a custom outage length, and the fuse.
+func TestOutageProviderOptions(t *testing.T) {
+	clk := &manualClock{t: t0}
+	p := NewOutageProvider(OutageConfig{Outage: time.Second, RetryAfter: "2", MaxRequests: 3, Now: clk.Now})
+	defer p.Close()
+	tr := cleanhttp.DefaultPooledTransport()
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+
+	if a := send(t, c, p.URL, 0); a.status != 529 || a.header.Get("Retry-After") != "2" {
+		t.Fatalf("during the outage: %d with Retry-After %q, want 529 with \"2\"", a.status, a.header.Get("Retry-After"))
+	}
+	clk.Advance(time.Second)
+	if a := send(t, c, p.URL, 1); a.status != 200 || a.header.Get("Retry-After") != "" {
+		t.Fatalf("after the outage: %d with Retry-After %q, want 200 without", a.status, a.header.Get("Retry-After"))
+	}
+	send(t, c, p.URL, 2)
+	if a := send(t, c, p.URL, 3); a.status != http.StatusGone {
+		t.Fatalf("past the fuse: %d, want 410", a.status)
+	}
+	if st := p.Stats(); st.Received != 4 || st.Overloaded != 1 || st.OK != 2 || st.Fused != 1 {
+		t.Fatalf("stats %+v, want 4 received, 1 overloaded, 2 OK, 1 fused", st)
+	}
+}
+
+// TestCapacityProvider checks the capacity provider with slots the test
+// frees by hand: with capacity 2 and two requests in service, a third gets
+// 503 at once (with the configured Retry-After); once one is served, a
+// fourth is admitted again; at no time are more than 2 in service.
+func TestCapacityProvider(t *testing.T) {
+	for _, retryAfter := range []string{"", "1"} {
+		t.Run("RetryAfter="+retryAfter, func(t *testing.T) {
+			entered := make(chan struct{})
+			release := make(chan struct{})
+			// The hold also ends when its client gives up, so a provider
+			// that wrongly admits a request fails the test, not hangs it.
+			p := newCapacityProvider(CapacityConfig{Capacity: 2, RetryAfter: retryAfter}, func(r *http.Request) {
+				select {
+				case entered <- struct{}{}:
+				case <-r.Context().Done():
+					return
+				}
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			})
+			defer p.Close()
+			tr := cleanhttp.DefaultPooledTransport()
+			defer tr.CloseIdleConnections()
+			c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+
+			// statuses receives the answers of requests held in service
+			// (-1 for a transport error: t.Fatal is for the test's goroutine).
+			statuses := make(chan int, 3)
+			hold := func(id int) {
+				t.Helper()
+				go func() {
+					resp, err := c.Post(p.URL+messagesPath, "application/json", nil)
+					if err != nil {
+						statuses <- -1
+						return
+					}
+					resp.Body.Close()
+					statuses <- resp.StatusCode
+				}()
+				select {
+				case <-entered:
+				case s := <-statuses:
+					t.Fatalf("request %d was not held in service: status %d", id, s)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("request %d was not admitted", id)
+				}
+			}
+			hold(0)
+			hold(1)
+			if st := p.Stats(); st.InService != 2 {
+				t.Fatalf("stats %+v, want 2 in service", st)
+			}
+
+			a := send(t, c, p.URL, 2)
+			if a.status != http.StatusServiceUnavailable {
+				t.Fatalf("at capacity: status %d, want 503", a.status)
+			}
+			if got := a.header.Values("Retry-After"); len(got) > 1 || retryAfter == "" && len(got) != 0 || retryAfter != "" && a.header.Get("Retry-After") != retryAfter {
+				t.Errorf("503 Retry-After %q, want %q (none when empty)", got, retryAfter)
+			}
+			if ct := a.header.Get("Content-Type"); ct != "application/json" || !json.Valid(a.body) {
+				t.Errorf("503 body %q (%s), want JSON", a.body, ct)
+			}
+
+			// Free one slot: its 200 arrives after the slot is free again.
+			release <- struct{}{}
+			if s := <-statuses; s != 200 {
+				t.Fatalf("held request: status %d, want 200", s)
+			}
+			hold(3) // admitted: the test would block here if it were not
+			release <- struct{}{}
+			release <- struct{}{}
+			for i := 0; i < 2; i++ {
+				if s := <-statuses; s != 200 {
+					t.Fatalf("held request: status %d, want 200", s)
+				}
+			}
+			st := p.Stats()
+			if st.Received != 4 || st.Served != 3 || st.Rejected != 1 || st.InService != 0 || st.Peak != 2 || st.Fused != 0 {
+				t.Fatalf("stats %+v, want 4 received, 3 served, 1 rejected, none in service, peak 2", st)
+			}
+		})
+	}
+}
+
+// TestCapacityProviderHold checks the real hold and the fuse: an admitted
+// request is held for Hold (a lower bound, which a timer guarantees).
+func TestCapacityProviderHold(t *testing.T) {
+	const hold = 30 * time.Millisecond
+	p := NewCapacityProvider(CapacityConfig{Capacity: 1, Hold: hold, MaxRequests: 1})
+	defer p.Close()
+	tr := cleanhttp.DefaultPooledTransport()
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	start := time.Now()
+	if a := send(t, c, p.URL, 0); a.status != 200 {
+		t.Fatalf("status %d, want 200", a.status)
+	}
+	if d := time.Since(start); d < hold {
+		t.Errorf("served in %v, want at least the hold of %v", d, hold)
+	}
+	if a := send(t, c, p.URL, 1); a.status != http.StatusGone {
+		t.Fatalf("past the fuse: status %d, want 410", a.status)
+	}
+}
+
+// TestOpenLoopSchedule runs a short open-loop load with the bare transport
+// against a short outage and checks the harness's bookkeeping: every request
+// is sent once, none before its scheduled start (the j-th arrival is at least
+// j intervals after the start), the failures are exactly the 529s, the
+// successes exactly the 200s, and the requests offered during the outage are
+// counted as the schedule says.
+func TestOpenLoopSchedule(t *testing.T) {
+	const interval = 5 * time.Millisecond
+	load := openLoop{interval: interval, n: 20, reqTimeout: 10 * time.Second, runTimeout: time.Minute}
+	p := NewOutageProvider(OutageConfig{Outage: 40 * time.Millisecond})
+	defer p.Close()
+	tr := cleanhttp.DefaultPooledTransport()
+	defer tr.CloseIdleConnections()
+	r := runOpenLoop(&http.Client{Transport: tr}, p.URL+messagesPath, p.Start(), load)
+
+	st := p.Stats()
+	if st.Received != load.n || st.Fused != 0 {
+		t.Fatalf("stats %+v, want %d received", st, load.n)
+	}
+	if r.failed != st.Overloaded || r.reasons["status 529"] != st.Overloaded || len(r.latencies) != st.OK {
+		t.Fatalf("%d failed (%v) and %d succeeded; the provider sent %d 529s and %d 200s", r.failed, r.reasons, len(r.latencies), st.Overloaded, st.OK)
+	}
+	// Arrivals are recorded in order; at time t at most t/interval + 1
+	// requests have started.
+	for j, d := range st.Arrivals {
+		if d < time.Duration(j)*interval {
+			t.Errorf("arrival %d at %v, before its slot at %v", j, d, time.Duration(j)*interval)
+		}
+	}
+	if r.wall < time.Duration(load.n-1)*interval {
+		t.Errorf("run took %v, less than the schedule's %v", r.wall, time.Duration(load.n-1)*interval)
+	}
+	if got := load.offeredBefore(40 * time.Millisecond); got != 8 {
+		t.Errorf("offered during a 40 ms outage: %d, want 8", got)
+	}
+}
+
+// TestOfferedBefore checks the count of requests offered during an outage,
+// the denominator of outage-attempts/req: the scenario's 3 s at 10 ms
+// intervals is 300 requests (0 ms … 2990 ms).
+func TestOfferedBefore(t *testing.T) {
+	l := openLoop{interval: 10 * time.Millisecond, n: 600}
+	for _, tc := range []struct {
+		d    time.Duration
+		want int
+	}{
+		{0, 0},
+		{time.Nanosecond, 1},
+		{10 * time.Millisecond, 1},
+		{10*time.Millisecond + 1, 2},
+		{DefaultOutage, 300},
+		{time.Hour, 600},
+	} {
+		if got := l.offeredBefore(tc.d); got != tc.want {
+			t.Errorf("offeredBefore(%v) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
+
+// TestClosedLoopBookkeeping runs the closed loop with the bare transport
+// against a tiny capacity and checks that every request is sent exactly
+// once, the failures are exactly the 503s, and the provider never had more
+// in service than its capacity.
+func TestClosedLoopBookkeeping(t *testing.T) {
+	p := NewCapacityProvider(CapacityConfig{Capacity: 2, Hold: 2 * time.Millisecond})
+	defer p.Close()
+	tr := cleanhttp.DefaultPooledTransport()
+	defer tr.CloseIdleConnections()
+	r := runClosedLoop(&http.Client{Transport: tr}, p.URL+messagesPath, 6, 5, 10*time.Second, time.Minute)
+	st := p.Stats()
+	if st.Received != 30 || st.Fused != 0 || st.Peak > 2 || st.InService != 0 {
+		t.Fatalf("stats %+v, want 30 received, peak at most 2, none left in service", st)
+	}
+	if r.failed != st.Rejected || r.reasons["status 503"] != st.Rejected || len(r.latencies) != st.Served {
+		t.Fatalf("%d failed (%v) and %d succeeded; the provider sent %d 503s and served %d", r.failed, r.reasons, len(r.latencies), st.Rejected, st.Served)
+	}
+}
+
+// TestPercentile checks the nearest-rank quantile used for p50 and p99.
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 200; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	if got := percentile(d, 0.5); got != 100*time.Millisecond {
+		t.Errorf("p50 = %v, want 100ms", got)
+	}
+	if got := percentile(d, 0.99); got != 198*time.Millisecond {
+		t.Errorf("p99 = %v, want 198ms", got)
+	}
+	if got := percentile(d[:1], 0.99); got != time.Millisecond {
+		t.Errorf("p99 of one = %v, want 1ms", got)
+	}
+	if got := percentile(nil, 0.5); got != 0 {
+		t.Errorf("p50 of none = %v, want 0", got)
+	}
+}
