@@ -15,20 +15,33 @@ import (
 // release when the attempt is done.
 type admission struct {
 	pass    pass
+	probe   uint64 // the breaker's probe id; 0 when not a probe
 	hasSlot bool
 }
 
 func (c *call) admit() (admission, error) {
 	t := c.t
 	u := t.upstreams.get(c.key, t.newUpstream)
+	c.u = u
 	a := admission{pass: pass{u: u}}
+	if c.attempts == 0 {
+		u.stats.requests.Add(1)
+		u.budget.depositLater()
+	}
 	if !u.free.Load() {
 		var err error
 		if a.pass, err = c.schedule(u); err != nil {
 			return admission{}, err
 		}
 	}
+	if !u.breaker.lets() {
+		var err error
+		if a.probe, err = c.awaitBreaker(u); err != nil {
+			return admission{}, err
+		}
+	}
 	if err := t.slots.acquire(c.ctx); err != nil {
+		u.breaker.abandon(a.probe)
 		return admission{}, err
 	}
 	a.hasSlot = t.slots != nil
@@ -92,7 +105,10 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time) error {
 		if err := c.admissible(now, start); err != nil {
 			return err
 		}
-		if err := c.waitOr(start.Sub(now), quicker); err != nil {
+		u.stats.queued.Add(1)
+		err := c.waitOr(start.Sub(now), quicker)
+		u.stats.queued.Add(-1)
+		if err != nil {
 			return err
 		}
 	}
@@ -124,21 +140,29 @@ func later(a, b time.Time) time.Time {
 // admissible fails the request at once when its start would fall past the
 // caller's deadline or beyond the longest wait allowed.
 func (c *call) admissible(now, start time.Time) error {
+	if c.canWaitUntil(now, start) {
+		return nil
+	}
+	wait := start.Sub(now)
+	e := c.transportError(ErrRateLimited, "the upstream's quota frees up in "+wait.Round(time.Millisecond).String()+", later than the request can wait")
+	e.Retryable, e.RetryAt = true, start
+	return e
+}
+
+// canWaitUntil reports whether the request may wait until start to be
+// admitted: within its deadline and the longest queue wait allowed
+// (WithMaxQueueWait, by default WithMaxRetryAfter).
+func (c *call) canWaitUntil(now, start time.Time) bool {
 	wait := start.Sub(now)
 	if wait <= 0 {
-		return nil
+		return true
 	}
 	limit := c.policy.maxQueueWait
 	if limit == 0 {
 		limit = c.policy.maxRetryAfter
 	}
 	deadline, hasDeadline := c.ctx.Deadline()
-	if wait <= limit && (!hasDeadline || !start.After(deadline)) {
-		return nil
-	}
-	e := c.transportError(ErrRateLimited, "the upstream's quota frees up in "+wait.Round(time.Millisecond).String()+", later than the request can wait")
-	e.Retryable, e.RetryAt = true, start
-	return e
+	return wait <= limit && (!hasDeadline || !start.After(deadline))
 }
 
 // awaitProbe waits for the upstream's probe to answer, or for the waiter's
@@ -171,17 +195,26 @@ func (c *call) tokens() (int, int) {
 
 // newUpstream makes the state of an upstream seen for the first time.
 func (t *RetryTransport) newUpstream() *upstream {
-	return &upstream{limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst)}
+	u := &upstream{
+		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst),
+		budget: newBudget(t.cfg.retryBudget),
+	}
+	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
+	now := t.cfg.clock.Now()
+	u.breaker.start(now)
+	u.budget.start(now)
+	return u
 }
 
 // observe reports what an attempt's response says about the upstream: its
 // rate-limit headers, and a hold when it answered 429. A free upstream and a
 // response with neither cost one pass over the header names.
-func (c *call) observe(a admission, resp *http.Response) {
+func (c *call) observe(a admission, resp *http.Response, err error) {
 	u := a.pass.u
 	if u == nil {
 		return
 	}
+	c.report(a, resp, err)
 	throttled := resp != nil && resp.StatusCode == http.StatusTooManyRequests
 	signals := resp != nil && (throttled || hasRateLimitKey(resp.Header))
 	if !signals && !a.pass.probe && u.free.Load() {

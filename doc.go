@@ -15,14 +15,17 @@
 //     before anything is sent); then each attempt waits its turn on its
 //     upstream: past a hold (a 429, or a quota the headers say is used up),
 //     at the pace the rate-limit headers imply, within client-side limits
-//     (WithRateLimit), first come first served, and for a concurrency slot
-//     (WithMaxConcurrency). A request that could not be admitted in time
-//     fails at once with ErrRateLimited;
+//     (WithRateLimit), first come first served, past the upstream's circuit
+//     breaker (while it is open, callers wait for its probe's answer), and
+//     for a concurrency slot (WithMaxConcurrency). A request that could not
+//     be admitted in time fails at once with ErrRateLimited, or
+//     ErrCircuitOpen when the breaker is the reason;
 //  2. send: the attempt goes out with a fresh, byte-identical copy of the body
 //     (req.GetBody, a rewound io.Seeker, or a bounded buffer teed from the
 //     first attempt) and, if set, its own timeout;
 //  3. observe and classify: the response's rate-limit headers teach the
-//     upstream's pacing; 408, 429, 500, 502, 503, 504, 529 and network
+//     upstream's pacing, and its circuit breaker learns whether the upstream
+//     is failing (5xx, 529, attempt timeouts, connection errors); 408, 429, 500, 502, 503, 504, 529 and network
 //     errors are transient, everything else final, with the exceptions real
 //     APIs force (a rate-limit 403 is transient, a 429 for exhausted quota
 //     final); x-should-retry overrides the status, and WithClassifier can
@@ -32,7 +35,9 @@
 //     1s, by default). A wait the server asks for that is longer than
 //     WithMaxRetryAfter, or one that would end past the context's deadline,
 //     ends retrying at once: the caller gets the last outcome now rather than
-//     a failure later.
+//     a failure later. A retry after an upstream failure also draws on the
+//     upstream's retry budget (WithRetryBudget), so an outage cannot
+//     multiply the load on it.
 //
 // The outcome is the last response, returned with its body unread and its
 // type kept (a 101 body stays an io.ReadWriteCloser), or an *Error when the
@@ -48,6 +53,13 @@
 // request id). Error() is for logs; UserMessage is a calm sentence for end
 // users. Neither ever holds credentials: URLs, error texts, log lines and
 // hook arguments are redacted.
+//
+// # Observability
+//
+// Stats reports, per upstream, requests, attempts, retries, 429s, upstream
+// failures, the breaker's state, the queue and the budget left. Hooks
+// (WithHooks) report attempts, retries, give-ups and breaker changes as they
+// happen; WithLogger logs them through log/slog.
 //
 // # Time
 //

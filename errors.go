@@ -98,6 +98,8 @@ func (e *Error) UserMessage() string {
 	switch k := e.kind(); k {
 	case kindRateLimited:
 		return "The service is receiving too many requests right now. Please try again " + e.when() + "."
+	case kindUnavailable:
+		return "The service is temporarily unavailable. Please try again " + e.when() + "."
 	default:
 		return userMessages[k]
 	}
@@ -108,6 +110,7 @@ type errorKind int
 const (
 	kindUnknown errorKind = iota
 	kindRateLimited
+	kindUnavailable // the circuit breaker is open
 	kindQuota
 	kindOverloaded
 	kindServer
@@ -146,6 +149,9 @@ func (e *Error) kind() errorKind {
 	}
 	if errors.Is(e.Err, ErrRateLimited) {
 		return kindRateLimited
+	}
+	if errors.Is(e.Err, ErrCircuitOpen) {
+		return kindUnavailable
 	}
 	if quotaExhausted(e.ProviderType) {
 		return kindQuota

@@ -24,6 +24,15 @@ type Hooks struct {
 	OnAttempt func(Event) // before each attempt is sent
 	OnRetry   func(Event) // when a retry is scheduled, with its wait
 	OnGiveUp  func(Event) // when retrying stops while the outcome is still a failure
+	// OnBreaker is called when an upstream's circuit breaker changes
+	// state, after the change.
+	OnBreaker func(BreakerEvent)
+}
+
+// BreakerEvent is a change of an upstream's circuit breaker.
+type BreakerEvent struct {
+	Key      string // the upstream, as Stats names it
+	From, To BreakerState
 }
 
 // WithHooks installs hooks for metrics: count attempts, retries and give-ups.

@@ -27,6 +27,15 @@ func WithKeyFunc(f func(*http.Request) string) Option {
 	return Option{func(c *config) { c.keyFunc = f }}
 }
 
+// String is the key as Stats reports it: "scheme://host[:port]", or the
+// WithKeyFunc value.
+func (k upstreamKey) String() string {
+	if k.custom != "" || k.scheme == "" {
+		return k.custom
+	}
+	return k.scheme + "://" + k.host
+}
+
 func (t *RetryTransport) keyOf(req *http.Request) upstreamKey {
 	if t.cfg.keyFunc != nil {
 		return upstreamKey{custom: t.cfg.keyFunc(req)}
@@ -87,6 +96,17 @@ func (tb *upstreamTable) evict() {
 		}
 	}
 	tb.last.Store(nil)
+}
+
+// all returns every upstream in the table.
+func (tb *upstreamTable) all() []*upstream {
+	tb.mu.RLock()
+	defer tb.mu.RUnlock()
+	us := make([]*upstream, 0, len(tb.m))
+	for _, u := range tb.m {
+		us = append(us, u)
+	}
+	return us
 }
 
 func (tb *upstreamTable) len() int {

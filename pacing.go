@@ -101,6 +101,10 @@ type upstream struct {
 	heldUntil time.Time
 
 	limits *clientLimits // nil without WithRateLimit
+
+	breaker *breaker // nil when disabled
+	budget  *budget  // nil when disabled
+	stats   counters
 }
 
 // waiter is a request queued behind the probe.

@@ -44,6 +44,11 @@ type config struct {
 	limitBurst     time.Duration
 	maxConcurrency int
 
+	// breaker and retryBudget configure each upstream's circuit breaker
+	// and retry budget; their zero values mean the defaults.
+	breaker     CircuitBreaker
+	retryBudget RetryBudget
+
 	policy
 }
 

@@ -66,7 +66,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return c.refused(err)
 		}
 		resp, err := c.send(a)
-		c.observe(a, resp)
+		c.observe(a, resp, err)
 		if !c.classify(resp, err) {
 			return c.finish(resp, err, "")
 		}
@@ -90,13 +90,15 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 type call struct {
 	t          *RetryTransport
 	key        upstreamKey
+	u          *upstream // the upstream's state, once admit has looked it up
 	req        *http.Request
 	ctx        context.Context
 	policy     *policy
 	body       requestBody
 	header     http.Header // req.Header plus stamped headers; nil: req.Header as is
 	attempts   int
-	lastStatus int // the last status seen, for errors after it
+	lastStatus int    // the last status seen, for errors after it
+	health     health // what the last attempt said of the upstream (overload.go)
 	prevWait   time.Duration
 	retryAt    time.Time // set when retrying stops early for lack of time
 
@@ -127,6 +129,9 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 // attempt's body, headers and context.
 func (c *call) send(a admission) (*http.Response, error) {
 	c.attempts++
+	if a.pass.u != nil {
+		a.pass.u.stats.attempts.Add(1)
+	}
 	c.logAttempt()
 	out, timeout, err := c.attemptRequest()
 	if err != nil {
@@ -202,6 +207,12 @@ func (c *call) plan(resp *http.Response) (time.Duration, string) {
 	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait).After(deadline) {
 		c.retryAt = now.Add(wait)
 		return 0, "the next attempt (in " + wait.String() + ") would start after the request deadline"
+	}
+	if !c.spendRetry(now) {
+		return 0, errBudgetSpent
+	}
+	if c.u != nil {
+		c.u.stats.retries.Add(1)
 	}
 	c.prevWait = wait
 	return wait, ""

@@ -1,0 +1,82 @@
+package retryhttp
+
+import (
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a snapshot of one upstream's state (see WithKeyFunc for what an
+// upstream is): what it has been sent, what it answered, and what the
+// transport currently holds back. Counters run from the upstream's first
+// request; an upstream evicted from the transport's table (more than 1024
+// in use) starts again from zero.
+type Stats struct {
+	// Key names the upstream: "scheme://host[:port]", or the WithKeyFunc
+	// value.
+	Key string
+
+	Requests    uint64 // requests (first attempts) admitted or refused
+	Attempts    uint64 // attempts sent, retries included
+	Retries     uint64 // retries scheduled
+	RateLimited uint64 // 429 answers
+	Failures    uint64 // upstream failures: 5xx, 529, attempt timeouts, connection errors
+
+	// Breaker is the circuit breaker's state (BreakerClosed when disabled).
+	Breaker BreakerState
+	// Queued is how many requests are waiting to be admitted: for their
+	// paced turn, the client-side limits, a hold, or the breaker.
+	Queued int
+	// BudgetLeft is how many retries after upstream failures the retry
+	// budget allows now (+Inf when it is disabled).
+	BudgetLeft float64
+	// Rate is the request rate (per second) learned from the rate-limit
+	// headers that requests are paced at; 0 when not paced.
+	Rate float64
+	// HeldUntil is when a hold (a 429's Retry-After, an exhausted quota)
+	// ends; zero when none is in force.
+	HeldUntil time.Time
+}
+
+// counters are an upstream's running totals for Stats, updated without locks.
+type counters struct {
+	requests, attempts, retries, throttled, failures atomic.Uint64
+	queued                                           atomic.Int64
+}
+
+// Stats returns a snapshot of every upstream the transport has state for,
+// sorted by Key. It is safe to call at any time, from any goroutine: poll it
+// for a dashboard or a metrics exporter.
+func (t *RetryTransport) Stats() []Stats {
+	now := t.cfg.clock.Now()
+	us := t.upstreams.all()
+	out := make([]Stats, 0, len(us))
+	for _, u := range us {
+		out = append(out, u.snapshot(now))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+func (u *upstream) snapshot(now time.Time) Stats {
+	s := Stats{
+		Key:         u.key.String(),
+		Requests:    u.stats.requests.Load(),
+		Attempts:    u.stats.attempts.Load(),
+		Retries:     u.stats.retries.Load(),
+		RateLimited: u.stats.throttled.Load(),
+		Failures:    u.stats.failures.Load(),
+		Queued:      int(max(u.stats.queued.Load(), 0)),
+		Breaker:     u.breaker.state(now),
+		BudgetLeft:  u.budget.left(now),
+	}
+	u.mu.Lock()
+	if u.interval > 0 {
+		s.Rate = float64(time.Second) / float64(u.interval)
+	}
+	if u.heldUntil.After(now) {
+		s.HeldUntil = u.heldUntil
+	}
+	u.mu.Unlock()
+	return s
+}
