@@ -3,9 +3,12 @@ package retryhttp
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,4 +225,34 @@ func TestBudgetDepositsAreDatedWhenConsulted(t *testing.T) {
 	}
 	assert.Equal(t, 2.0, b.left(testStart.Add(5*time.Second+50*time.Second)),
 		"100 more over 50s: only the last 10s's share (20) counts, and the first 100 expired")
+}
+
+func TestWhatCountsAsAnUpstreamFailure(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	resp := func(code int) *http.Response { return &http.Response{StatusCode: code} }
+	cases := []struct {
+		name string
+		ctx  context.Context
+		resp *http.Response
+		err  error
+		want health
+	}{
+		{"500", context.Background(), resp(500), nil, failing},
+		{"503", context.Background(), resp(503), nil, failing},
+		{"529", context.Background(), resp(529), nil, failing},
+		{"429 shows the upstream is up", context.Background(), resp(429), nil, serving},
+		{"404", context.Background(), resp(404), nil, serving},
+		{"200", context.Background(), resp(200), nil, serving},
+		{"attempt timeout", context.Background(), nil, fmt.Errorf("get: %w", errAttemptTimeout), failing},
+		{"connection refused", context.Background(), nil, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, failing},
+		{"no such host is not the upstream's load", context.Background(), nil, &net.DNSError{Err: "no such host", IsNotFound: true}, noVerdict},
+		{"the caller gave up", canceled, nil, context.Canceled, noVerdict},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			call := &call{ctx: c.ctx}
+			assert.Equal(t, c.want, call.healthOf(c.resp, c.err))
+		})
+	}
 }

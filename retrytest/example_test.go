@@ -1,0 +1,198 @@
+package retrytest_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/retrytest"
+)
+
+// A rate-limited Anthropic API on a loopback server. The clock is fixed so
+// the reset dates come out the same on every run; a real test would use a
+// clock it advances.
+func ExampleNewServer() {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	srv := retrytest.NewServer(retrytest.Config{
+		Family:    retrytest.Anthropic,
+		RateLimit: retrytest.RateLimit{Rate: 1, Burst: 2}, // 1 request/s, 2 at once
+		Now:       func() time.Time { return now },
+	})
+	defer srv.Close()
+
+	for range 3 {
+		resp, err := srv.Client().Post(srv.URL+"/v1/messages", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			panic(err)
+		}
+		var body struct {
+			Error struct{ Type string }
+		}
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		fmt.Printf("%d remaining=%s reset=%s retry-after=%q error=%q\n", resp.StatusCode,
+			resp.Header.Get("anthropic-ratelimit-requests-remaining"),
+			resp.Header.Get("anthropic-ratelimit-requests-reset"),
+			resp.Header.Get("retry-after"), body.Error.Type)
+	}
+	// Output:
+	// 200 remaining=1 reset=2026-11-30T12:00:01Z retry-after="" error=""
+	// 200 remaining=0 reset=2026-11-30T12:00:02Z retry-after="" error=""
+	// 429 remaining=0 reset=2026-11-30T12:00:02Z retry-after="1" error="rate_limit_error"
+}
+
+// steppingClock returns a clock that moves on by step at every reading. The
+// provider reads its clock once at its start and once per arrival, so
+// arrival k comes k·step after the start whatever the real timing.
+func steppingClock(step time.Duration) func() time.Time {
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		t := now
+		now = now.Add(step)
+		return t
+	}
+}
+
+// An outage: the provider answers 529 for its first 250ms, and a retrying
+// client gets through once it is over.
+func ExampleWindow() {
+	provider := retrytest.NewTransport(retrytest.Config{
+		Family:   retrytest.Anthropic,
+		Overload: []retrytest.Window{{From: 0, Until: 250 * time.Millisecond, Status: 529}},
+		Now:      steppingClock(100 * time.Millisecond), // arrivals at 100ms, 200ms, 300ms...
+	})
+	client := &http.Client{Transport: retryhttp.New(provider,
+		retryhttp.WithBackoff(time.Millisecond, time.Millisecond), retryhttp.WithJitter(0))}
+
+	resp, err := client.Get("https://api.anthropic.test/v1/models")
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	st := provider.Stats()
+	fmt.Println(resp.StatusCode, "after", retryhttp.Attempts(resp), "attempts")
+	fmt.Println("arrivals:", st.Arrivals)
+	fmt.Println("answers:", st.Statuses)
+	// Output:
+	// 200 after 3 attempts
+	// arrivals: [100ms 200ms 300ms]
+	// answers: map[200:1 529:2]
+}
+
+// A scripted sequence: a 429 that asks for 2ms (in retry-after-ms, as the
+// LLM APIs send it), an overload, then success.
+func ExampleParseScript() {
+	script, err := retrytest.ParseScript("429@2ms, 529, 200")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(retrytest.FormatScript(script))
+
+	provider := retrytest.NewTransport(retrytest.Config{
+		Family:     retrytest.OpenAI,
+		RetryAfter: retrytest.RetryAfterMillis,
+		Script:     script,
+	})
+	client := &http.Client{Transport: retryhttp.New(provider,
+		retryhttp.WithBackoff(time.Millisecond, time.Millisecond), retryhttp.WithJitter(0))}
+	resp, err := client.Get("https://api.openai.test/v1/models")
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, "after", retryhttp.Attempts(resp), "attempts")
+	// Output:
+	// 429@2ms, 529, 200
+	// 200 after 3 attempts
+}
+
+// The Transport form answers in-process: any URL, no socket. Here it is an
+// OpenAI account out of credit, which sends a 429 that must not be retried.
+func ExampleNewTransport() {
+	client := &http.Client{Transport: retrytest.NewTransport(retrytest.Config{
+		Family: retrytest.OpenAI,
+		Script: retrytest.MustParseScript("429:insufficient_quota"),
+	})}
+	resp, err := client.Get("https://api.openai.test/v1/chat/completions")
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, resp.Header.Get("x-request-id"))
+	fmt.Println(string(body))
+	// Output:
+	// 429 req_retrytest_1
+	// {"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}
+}
+
+// Stats shows what the provider saw: here, that a retrying client sent the
+// same body on every attempt, and how each attempt of one logical request
+// was answered.
+func ExampleStats() {
+	provider := retrytest.NewTransport(retrytest.Config{
+		Script:          retrytest.MustParseScript("503, 503, 200"),
+		RequestIDHeader: "X-Request-Name",
+	})
+	client := &http.Client{Transport: retryhttp.New(provider,
+		retryhttp.WithBackoff(time.Millisecond, time.Millisecond), retryhttp.WithJitter(0))}
+	req, _ := http.NewRequest(http.MethodPost, "https://api.test/v1/jobs", strings.NewReader(`{"job":42}`))
+	req.Header.Set("X-Request-Name", "job-42")
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+
+	st := provider.Stats()
+	fmt.Println("attempts:", st.Attempts)
+	fmt.Println("answers:", st.Statuses)
+	fmt.Println("distinct bodies:", st.DistinctBodies())
+	fmt.Println("job-42:", st.Requests["job-42"].Statuses)
+	// Output:
+	// attempts: 3
+	// answers: map[200:1 503:2]
+	// distinct bodies: 1
+	// job-42: [503 503 200]
+}
+
+// A flaky network with a seed: the same faults on every run.
+func ExampleFlaky() {
+	provider := retrytest.NewTransport(retrytest.Config{
+		Seed:  7,
+		Flaky: retrytest.Flaky{Reset: 0.2, Truncate: 0.2},
+	})
+	var seen []string
+	for range 12 {
+		resp, err := provider.RoundTrip(must(http.NewRequest(http.MethodGet, "https://api.test/", nil)))
+		if err != nil {
+			seen = append(seen, "reset")
+			continue
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			seen = append(seen, "truncated")
+			continue
+		}
+		seen = append(seen, "ok")
+	}
+	fmt.Println(strings.Join(seen, " "))
+	// Output:
+	// ok ok reset reset ok ok truncated truncated reset ok ok truncated
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
