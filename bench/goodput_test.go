@@ -19,17 +19,67 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/retrytest"
 )
 
 // The goodput scenario of issue 3: a burst of 500 requests from 50 callers
 // against a provider that allows 100 requests per second with a burst of 10.
 const (
+	goodputRate       = 100.0 // requests per second the provider's bucket refills
+	goodputBurst      = 10    // the bucket's size
 	goodputWorkers    = 50
 	goodputPerWorker  = 10 // sequential requests per worker
 	goodputRequests   = goodputWorkers * goodputPerWorker
 	goodputReqTimeout = 60 * time.Second // per request, retries included, so nothing hangs
 	goodputRunTimeout = 5 * time.Minute  // the whole scenario, whatever a contender does
 )
+
+// requestIDHeader carries the harness's own number for a logical request.
+// Every retrying contender copies the caller's headers onto each attempt, so
+// the provider (retrytest's Config.RequestIDHeader) can tell how many logical
+// requests ever saw a 429, not only how many 429s it sent. A real API
+// ignores it, and so does the bucket.
+const requestIDHeader = "X-Bench-Request"
+
+// benchFuse is the providers' MaxAttempts fuse: past this many arrivals every
+// request gets 410 Gone, which no contender retries, so a runaway retry loop
+// ends at once. It is far above what any sane client sends in the scenarios
+// (at most 1500 requests times a few attempts).
+const benchFuse = 100_000
+
+// goodputFamilies are the rate-limit header families the goodput scenario
+// runs with: the ways real APIs tell clients how much quota is left.
+var goodputFamilies = []retrytest.Family{retrytest.OpenAI, retrytest.Anthropic, retrytest.IETF}
+
+// goodputProvider is the provider of the goodput scenario: a token bucket of
+// goodputRate requests per second with a burst of goodputBurst, on the real
+// clock (the provider is the system under load), answering with family's
+// quota headers on every response and, on exhaustion, 429 with a
+// whole-second Retry-After and the family's error body.
+func goodputProvider(family retrytest.Family) retrytest.Config {
+	return retrytest.Config{
+		Family:          family,
+		RetryAfter:      retrytest.RetryAfterSeconds,
+		RateLimit:       retrytest.RateLimit{Rate: goodputRate, Burst: goodputBurst},
+		RequestIDHeader: requestIDHeader,
+		MaxAttempts:     benchFuse,
+	}
+}
+
+// requestsThatSaw is how many logical requests (by requestIDHeader) got
+// status at least once, whatever their final answer.
+func requestsThatSaw(st retrytest.Stats, status int) int {
+	n := 0
+	for _, r := range st.Requests {
+		for _, s := range r.Statuses {
+			if s == status {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
 
 // chatBody is a small chat-completion request, the kind of call the scenario
 // stands for. Every contender sends it as a replayable body.
@@ -73,8 +123,8 @@ func goodputContenders() []goodputContender {
 // at least one 429; failed/op are requests whose final outcome was an error
 // or a status other than 200. ns/op is the scenario's wall time.
 func BenchmarkGoodput(b *testing.B) {
-	for _, fam := range []string{FamilyOpenAI, FamilyAnthropic, FamilyIETF} {
-		b.Run("family="+fam, func(b *testing.B) {
+	for _, fam := range goodputFamilies {
+		b.Run("family="+string(fam), func(b *testing.B) {
 			for _, c := range goodputContenders() {
 				b.Run("impl="+c.name, func(b *testing.B) { runGoodput(b, fam, c.wrap) })
 			}
@@ -85,15 +135,15 @@ func BenchmarkGoodput(b *testing.B) {
 // runGoodput runs b.N scenarios, each against a fresh provider (a full
 // bucket) through a fresh contender over a fresh base transport, so no state
 // carries from one run or contender to the next.
-func runGoodput(b *testing.B, family string, wrap func(http.RoundTripper) http.RoundTripper) {
-	cfg := ProviderConfig{Family: family, Rate: DefaultProviderRate, Burst: DefaultProviderBurst}
-	ideal := time.Duration(float64(goodputRequests-cfg.Burst) / cfg.Rate * float64(time.Second))
+func runGoodput(b *testing.B, family retrytest.Family, wrap func(http.RoundTripper) http.RoundTripper) {
+	cfg := goodputProvider(family)
+	ideal := time.Duration(float64(goodputRequests-goodputBurst) / goodputRate * float64(time.Second))
 	var wall time.Duration
 	var attempts, rejected, saw429, failed, fused int
 	reasons := map[string]int{}
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		p := NewProvider(cfg)
+		p := retrytest.NewServer(cfg)
 		base := cleanhttp.DefaultPooledTransport()
 		client := &http.Client{Transport: wrap(base)}
 		b.StartTimer()
@@ -103,10 +153,10 @@ func runGoodput(b *testing.B, family string, wrap func(http.RoundTripper) http.R
 		p.Close()
 		st := p.Stats()
 		wall += r.wall
-		attempts += st.Received
-		rejected += st.Rejected
-		saw429 += st.Saw429
-		fused += st.Fused
+		attempts += st.Attempts
+		rejected += st.Statuses[http.StatusTooManyRequests]
+		saw429 += requestsThatSaw(st, http.StatusTooManyRequests)
+		fused += st.Statuses[http.StatusGone]
 		failed += r.failed
 		for k, v := range r.reasons {
 			reasons[k] += v
@@ -178,7 +228,7 @@ func goodputRequest(ctx context.Context, client *http.Client, url string, id int
 		panic(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(RequestIDHeader, strconv.Itoa(id))
+	req.Header.Set(requestIDHeader, strconv.Itoa(id))
 	resp, err := client.Do(req)
 	if err != nil {
 		// failsafe-go returns its last response inside ExceededError rather
@@ -242,4 +292,45 @@ func summarize(m map[string]int) string {
 		fmt.Fprintf(&buf, "%d× %s", m[k], k)
 	}
 	return buf.String()
+}
+
+// TestGoodputBookkeeping checks how the goodput metrics are read from the
+// provider, with the bare transport and a frozen clock so the bucket never
+// refills: 12 requests against a burst of 10 leave 2 with a 429, and a
+// retry of one of them (same request number) adds a 429 to 429/op but not a
+// request to saw429/op. goodputRequest reports a final 429 as a failure.
+func TestGoodputBookkeeping(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cfg := goodputProvider(retrytest.OpenAI)
+	cfg.Now = func() time.Time { return now }
+	p := retrytest.NewServer(cfg)
+	defer p.Close()
+	tr := cleanhttp.DefaultPooledTransport()
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	url := p.URL + "/v1/chat/completions"
+
+	var reasons []string
+	for _, id := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 10} {
+		reasons = append(reasons, goodputRequest(context.Background(), client, url, id))
+	}
+	for i, r := range reasons {
+		want := ""
+		if i >= goodputBurst {
+			want = "status 429"
+		}
+		if r != want {
+			t.Errorf("request %d: reason %q, want %q", i, r, want)
+		}
+	}
+	st := p.Stats()
+	if st.Attempts != 13 || st.Statuses[http.StatusTooManyRequests] != 3 || st.Statuses[http.StatusOK] != goodputBurst {
+		t.Fatalf("stats %+v, want 13 attempts: 10 answered 200, 3 answered 429", st)
+	}
+	if got := requestsThatSaw(st, http.StatusTooManyRequests); got != 2 {
+		t.Errorf("requests that saw a 429: %d, want 2 (request 10 twice, request 11 once)", got)
+	}
+	if got := requestsThatSaw(st, http.StatusGone); got != 0 {
+		t.Errorf("requests that saw a 410: %d, want 0", got)
+	}
 }

@@ -1,12 +1,12 @@
 // Behaviour under overload (issue 4): an outage that ends (BenchmarkOutage)
 // and a provider with a fixed capacity (BenchmarkCapacity), for the bare
-// transport and the three libraries with their defaults.
+// transport and the three libraries with their defaults. Both providers are
+// retrytest servers.
 
 package bench
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"net/http"
 	"sort"
@@ -15,11 +15,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/retrytest"
 )
 
 // The outage scenario of issue 4: 100 requests per second offered for 6 s,
 // open loop, to a provider that answers 529 for the first 3 s.
 const (
+	outageLength     = 3 * time.Second       // the provider answers 529 from its start until then
 	outageInterval   = 10 * time.Millisecond // request i starts at i × 10 ms: 100 req/s
 	outageRequests   = 600                   // 6 s of load
 	outageReqTimeout = 30 * time.Second      // per request, retries included, so nothing hangs
@@ -31,6 +34,8 @@ const (
 // Three callers per slot is sustained overload, not a passing burst: every
 // contender finds the provider full for most of the run.
 const (
+	capacityMax        = 50                    // requests in service at once
+	capacityHold       = 20 * time.Millisecond // each, so at most 2500 requests/s
 	capacityWorkers    = 150
 	capacityPerWorker  = 10
 	capacityRequests   = capacityWorkers * capacityPerWorker
@@ -40,6 +45,31 @@ const (
 
 // messagesPath is the endpoint both scenarios call; the providers answer any.
 const messagesPath = "/v1/messages"
+
+// outageProvider is the provider of the outage scenario, on the real clock:
+// for outageLength after its start every request gets 529 with Anthropic's
+// overloaded_error body, its request-id header and no Retry-After (as
+// Anthropic's 529s usually have none, which leaves clients to their own
+// backoff); after that, 200 with a small message body.
+func outageProvider() retrytest.Config {
+	return retrytest.Config{
+		Family:      retrytest.Anthropic,
+		Overload:    []retrytest.Window{{From: 0, Until: outageLength, Status: retryhttp.StatusOverloaded}},
+		MaxAttempts: benchFuse,
+	}
+}
+
+// capacityProvider is the provider of the capacity scenario: capacityMax
+// requests in service at once, each held capacityHold before its 200, and
+// 503 at once, with no Retry-After (a server shedding load rarely knows when
+// a slot will be free), to any request that finds every slot taken.
+func capacityProvider() retrytest.Config {
+	return retrytest.Config{
+		Family:      retrytest.Anthropic,
+		Capacity:    retrytest.Capacity{Max: capacityMax, Hold: capacityHold},
+		MaxAttempts: benchFuse,
+	}
+}
 
 // openLoop is an open-loop load: request i starts at start + i×interval in a
 // goroutine of its own, whether or not earlier ones have finished, as
@@ -208,17 +238,19 @@ func runOutage(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
 		b.StopTimer()
 		base := cleanhttp.DefaultPooledTransport()
 		client := &http.Client{Transport: wrap(base)}
-		p := NewOutageProvider(OutageConfig{})
+		p := retrytest.NewServer(outageProvider())
 		b.StartTimer()
 		r := runOpenLoop(client, p.URL+messagesPath, p.Start(), load)
 		b.StopTimer()
 		base.CloseIdleConnections()
 		p.Close()
 		st := p.Stats()
-		offered += load.offeredBefore(p.Outage())
-		outageAttempts += st.Overloaded
-		attempts += st.Received
-		fused += st.Fused
+		offered += load.offeredBefore(outageLength)
+		// Every 529 answers an arrival inside the window: the load that
+		// retries add to a provider that is already down.
+		outageAttempts += st.Statuses[retryhttp.StatusOverloaded]
+		attempts += st.Attempts
+		fused += st.Statuses[http.StatusGone]
 		failed += r.failed
 		lat = append(lat, r.latencies...)
 		for k, v := range r.reasons {
@@ -266,7 +298,7 @@ func runCapacity(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
 		b.StopTimer()
 		base := cleanhttp.DefaultPooledTransport()
 		client := &http.Client{Transport: wrap(base)}
-		p := NewCapacityProvider(CapacityConfig{})
+		p := retrytest.NewServer(capacityProvider())
 		b.StartTimer()
 		r := runClosedLoop(client, p.URL+messagesPath, capacityWorkers, capacityPerWorker, capacityReqTimeout, capacityRunTimeout)
 		b.StopTimer()
@@ -274,10 +306,10 @@ func runCapacity(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
 		p.Close()
 		st := p.Stats()
 		wall += r.wall
-		attempts += st.Received
-		rejected += st.Rejected
-		fused += st.Fused
-		peak = max(peak, st.Peak)
+		attempts += st.Attempts
+		rejected += st.Statuses[http.StatusServiceUnavailable]
+		fused += st.Statuses[http.StatusGone]
+		peak = max(peak, st.PeakInService)
 		failed += r.failed
 		succeeded += len(r.latencies)
 		lat = append(lat, r.latencies...)
@@ -292,218 +324,12 @@ func runCapacity(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
 	b.ReportMetric(float64(failed)/n, "failed/op")
 	b.ReportMetric(float64(rejected)/n, "503/op")
 	reportLatency(b, lat)
-	b.Logf("peak requests in service: %d of %d", peak, DefaultCapacity)
+	b.Logf("peak requests in service: %d of %d", peak, capacityMax)
 	if fused > 0 {
 		b.Logf("the provider's fuse blew: %d requests answered 410", fused)
 	}
 	if len(reasons) > 0 {
 		b.Logf("failures over %d run(s): %s", b.N, summarize(reasons))
-	}
-}
-
-// anthropicError is the part of Anthropic's error body the tests check.
-type anthropicError struct {
-	Type  string `json:"type"`
-	Error struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-	RequestID string `json:"request_id"`
-}
-
-// TestOutageProviderWindow checks the outage provider against an injected
-// clock: 529 with Anthropic's overloaded_error body, a matching request-id
-// header and no Retry-After until exactly Outage has passed, 200 from then
-// on, and stats that count the arrivals inside the window.
-func TestOutageProviderWindow(t *testing.T) {
-	clk := &manualClock{t: t0}
-	p := NewOutageProvider(OutageConfig{Now: clk.Now})
-	defer p.Close()
-	tr := cleanhttp.DefaultPooledTransport()
-	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr}
-
-	if !p.Start().Equal(t0) || p.Outage() != DefaultOutage {
-		t.Fatalf("start %v outage %v, want %v and %v", p.Start(), p.Outage(), t0, DefaultOutage)
-	}
-	for i, step := range []struct {
-		advance time.Duration
-		status  int
-	}{
-		{0, 529},
-		{DefaultOutage - time.Millisecond, 529}, // the last millisecond of the outage
-		{time.Millisecond, 200},                 // exactly Outage after the start: recovered
-		{time.Second, 200},
-	} {
-		clk.Advance(step.advance)
-		a := send(t, c, p.URL, i)
-		if a.status != step.status {
-			t.Fatalf("request %d: status %d, want %d", i, a.status, step.status)
-		}
-		if ct := a.header.Get("Content-Type"); ct != "application/json" {
-			t.Errorf("request %d: Content-Type %q", i, ct)
-		}
-		if ra, ok := a.header["Retry-After"]; ok {
-			t.Errorf("request %d: Retry-After %q, want none by default", i, ra)
-		}
-		rid := a.header.Get("Request-Id")
-		if rid == "" {
-			t.Errorf("request %d: no request-id header", i)
-		}
-		if step.status != 529 {
-			continue
-		}
-		var e anthropicError
-		if err := json.Unmarshal(a.body, &e); err != nil {
-			t.Fatalf("request %d: body %q is not JSON: %v", i, a.body, err)
-		}
-		if e.Type != "error" || e.Error.Type != "overloaded_error" || e.Error.Message != "Overloaded" || e.RequestID != rid {
-			t.Errorf("request %d: body %s with request-id %q, want Anthropic's overloaded_error with the same request_id", i, a.body, rid)
-		}
-	}
-	st := p.Stats()
-	want := []time.Duration{0, DefaultOutage - time.Millisecond, DefaultOutage, DefaultOutage + time.Second}
-	if st.Received != 4 || st.Overloaded != 2 || st.OK != 2 || st.Fused != 0 || len(st.Arrivals) != 4 {
-		t.Fatalf("stats %+v, want 4 received, 2 overloaded, 2 OK", st)
-	}
-	for i, d := range want {
-		if st.Arrivals[i] != d {
-			t.Errorf("arrival %d at %v, want %v", i, st.Arrivals[i], d)
-		}
-	}
-}
-
-// TestOutageProviderOptions checks the configurable parts: a Retry-After on
-// the 529s only, a custom outage length, and the fuse.
-func TestOutageProviderOptions(t *testing.T) {
-	clk := &manualClock{t: t0}
-	p := NewOutageProvider(OutageConfig{Outage: time.Second, RetryAfter: "2", MaxRequests: 3, Now: clk.Now})
-	defer p.Close()
-	tr := cleanhttp.DefaultPooledTransport()
-	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr}
-
-	if a := send(t, c, p.URL, 0); a.status != 529 || a.header.Get("Retry-After") != "2" {
-		t.Fatalf("during the outage: %d with Retry-After %q, want 529 with \"2\"", a.status, a.header.Get("Retry-After"))
-	}
-	clk.Advance(time.Second)
-	if a := send(t, c, p.URL, 1); a.status != 200 || a.header.Get("Retry-After") != "" {
-		t.Fatalf("after the outage: %d with Retry-After %q, want 200 without", a.status, a.header.Get("Retry-After"))
-	}
-	send(t, c, p.URL, 2)
-	if a := send(t, c, p.URL, 3); a.status != http.StatusGone {
-		t.Fatalf("past the fuse: %d, want 410", a.status)
-	}
-	if st := p.Stats(); st.Received != 4 || st.Overloaded != 1 || st.OK != 2 || st.Fused != 1 {
-		t.Fatalf("stats %+v, want 4 received, 1 overloaded, 2 OK, 1 fused", st)
-	}
-}
-
-// TestCapacityProvider checks the capacity provider with slots the test
-// frees by hand: with capacity 2 and two requests in service, a third gets
-// 503 at once (with the configured Retry-After); once one is served, a
-// fourth is admitted again; at no time are more than 2 in service.
-func TestCapacityProvider(t *testing.T) {
-	for _, retryAfter := range []string{"", "1"} {
-		t.Run("RetryAfter="+retryAfter, func(t *testing.T) {
-			entered := make(chan struct{})
-			release := make(chan struct{})
-			// The hold also ends when its client gives up, so a provider
-			// that wrongly admits a request fails the test, not hangs it.
-			p := newCapacityProvider(CapacityConfig{Capacity: 2, RetryAfter: retryAfter}, func(r *http.Request) {
-				select {
-				case entered <- struct{}{}:
-				case <-r.Context().Done():
-					return
-				}
-				select {
-				case <-release:
-				case <-r.Context().Done():
-				}
-			})
-			defer p.Close()
-			tr := cleanhttp.DefaultPooledTransport()
-			defer tr.CloseIdleConnections()
-			c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-
-			// statuses receives the answers of requests held in service
-			// (-1 for a transport error: t.Fatal is for the test's goroutine).
-			statuses := make(chan int, 3)
-			hold := func(id int) {
-				t.Helper()
-				go func() {
-					resp, err := c.Post(p.URL+messagesPath, "application/json", nil)
-					if err != nil {
-						statuses <- -1
-						return
-					}
-					resp.Body.Close()
-					statuses <- resp.StatusCode
-				}()
-				select {
-				case <-entered:
-				case s := <-statuses:
-					t.Fatalf("request %d was not held in service: status %d", id, s)
-				case <-time.After(10 * time.Second):
-					t.Fatalf("request %d was not admitted", id)
-				}
-			}
-			hold(0)
-			hold(1)
-			if st := p.Stats(); st.InService != 2 {
-				t.Fatalf("stats %+v, want 2 in service", st)
-			}
-
-			a := send(t, c, p.URL, 2)
-			if a.status != http.StatusServiceUnavailable {
-				t.Fatalf("at capacity: status %d, want 503", a.status)
-			}
-			if got := a.header.Values("Retry-After"); len(got) > 1 || retryAfter == "" && len(got) != 0 || retryAfter != "" && a.header.Get("Retry-After") != retryAfter {
-				t.Errorf("503 Retry-After %q, want %q (none when empty)", got, retryAfter)
-			}
-			if ct := a.header.Get("Content-Type"); ct != "application/json" || !json.Valid(a.body) {
-				t.Errorf("503 body %q (%s), want JSON", a.body, ct)
-			}
-
-			// Free one slot: its 200 arrives after the slot is free again.
-			release <- struct{}{}
-			if s := <-statuses; s != 200 {
-				t.Fatalf("held request: status %d, want 200", s)
-			}
-			hold(3) // admitted: the test would block here if it were not
-			release <- struct{}{}
-			release <- struct{}{}
-			for i := 0; i < 2; i++ {
-				if s := <-statuses; s != 200 {
-					t.Fatalf("held request: status %d, want 200", s)
-				}
-			}
-			st := p.Stats()
-			if st.Received != 4 || st.Served != 3 || st.Rejected != 1 || st.InService != 0 || st.Peak != 2 || st.Fused != 0 {
-				t.Fatalf("stats %+v, want 4 received, 3 served, 1 rejected, none in service, peak 2", st)
-			}
-		})
-	}
-}
-
-// TestCapacityProviderHold checks the real hold and the fuse: an admitted
-// request is held for Hold (a lower bound, which a timer guarantees).
-func TestCapacityProviderHold(t *testing.T) {
-	const hold = 30 * time.Millisecond
-	p := NewCapacityProvider(CapacityConfig{Capacity: 1, Hold: hold, MaxRequests: 1})
-	defer p.Close()
-	tr := cleanhttp.DefaultPooledTransport()
-	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr}
-	start := time.Now()
-	if a := send(t, c, p.URL, 0); a.status != 200 {
-		t.Fatalf("status %d, want 200", a.status)
-	}
-	if d := time.Since(start); d < hold {
-		t.Errorf("served in %v, want at least the hold of %v", d, hold)
-	}
-	if a := send(t, c, p.URL, 1); a.status != http.StatusGone {
-		t.Fatalf("past the fuse: status %d, want 410", a.status)
 	}
 }
 
@@ -515,19 +341,29 @@ func TestCapacityProviderHold(t *testing.T) {
 // counted as the schedule says.
 func TestOpenLoopSchedule(t *testing.T) {
 	const interval = 5 * time.Millisecond
+	const outage = 40 * time.Millisecond
 	load := openLoop{interval: interval, n: 20, reqTimeout: 10 * time.Second, runTimeout: time.Minute}
-	p := NewOutageProvider(OutageConfig{Outage: 40 * time.Millisecond})
+	cfg := outageProvider()
+	cfg.Overload[0].Until = outage
+	p := retrytest.NewServer(cfg)
 	defer p.Close()
 	tr := cleanhttp.DefaultPooledTransport()
 	defer tr.CloseIdleConnections()
 	r := runOpenLoop(&http.Client{Transport: tr}, p.URL+messagesPath, p.Start(), load)
 
 	st := p.Stats()
-	if st.Received != load.n || st.Fused != 0 {
-		t.Fatalf("stats %+v, want %d received", st, load.n)
+	overloaded, ok := st.Statuses[retryhttp.StatusOverloaded], st.Statuses[http.StatusOK]
+	if st.Attempts != load.n || overloaded+ok != load.n {
+		t.Fatalf("stats %+v, want %d attempts, each answered 529 or 200", st, load.n)
 	}
-	if r.failed != st.Overloaded || r.reasons["status 529"] != st.Overloaded || len(r.latencies) != st.OK {
-		t.Fatalf("%d failed (%v) and %d succeeded; the provider sent %d 529s and %d 200s", r.failed, r.reasons, len(r.latencies), st.Overloaded, st.OK)
+	if r.failed != overloaded || r.reasons["status 529"] != overloaded || len(r.latencies) != ok {
+		t.Fatalf("%d failed (%v) and %d succeeded; the provider sent %d 529s and %d 200s", r.failed, r.reasons, len(r.latencies), overloaded, ok)
+	}
+	// The provider's window and the harness's count agree on what was
+	// offered during the outage: the requests that got 529 are those
+	// scheduled before its end (none is retried, and none arrives early).
+	if overloaded > load.offeredBefore(outage) {
+		t.Errorf("%d 529s, more than the %d requests offered during the outage", overloaded, load.offeredBefore(outage))
 	}
 	// Arrivals are recorded in order; at time t at most t/interval + 1
 	// requests have started.
@@ -539,7 +375,7 @@ func TestOpenLoopSchedule(t *testing.T) {
 	if r.wall < time.Duration(load.n-1)*interval {
 		t.Errorf("run took %v, less than the schedule's %v", r.wall, time.Duration(load.n-1)*interval)
 	}
-	if got := load.offeredBefore(40 * time.Millisecond); got != 8 {
+	if got := load.offeredBefore(outage); got != 8 {
 		t.Errorf("offered during a 40 ms outage: %d, want 8", got)
 	}
 }
@@ -557,7 +393,7 @@ func TestOfferedBefore(t *testing.T) {
 		{time.Nanosecond, 1},
 		{10 * time.Millisecond, 1},
 		{10*time.Millisecond + 1, 2},
-		{DefaultOutage, 300},
+		{outageLength, 300},
 		{time.Hour, 600},
 	} {
 		if got := l.offeredBefore(tc.d); got != tc.want {
@@ -571,17 +407,20 @@ func TestOfferedBefore(t *testing.T) {
 // once, the failures are exactly the 503s, and the provider never had more
 // in service than its capacity.
 func TestClosedLoopBookkeeping(t *testing.T) {
-	p := NewCapacityProvider(CapacityConfig{Capacity: 2, Hold: 2 * time.Millisecond})
+	cfg := capacityProvider()
+	cfg.Capacity = retrytest.Capacity{Max: 2, Hold: 2 * time.Millisecond}
+	p := retrytest.NewServer(cfg)
 	defer p.Close()
 	tr := cleanhttp.DefaultPooledTransport()
 	defer tr.CloseIdleConnections()
 	r := runClosedLoop(&http.Client{Transport: tr}, p.URL+messagesPath, 6, 5, 10*time.Second, time.Minute)
 	st := p.Stats()
-	if st.Received != 30 || st.Fused != 0 || st.Peak > 2 || st.InService != 0 {
-		t.Fatalf("stats %+v, want 30 received, peak at most 2, none left in service", st)
+	rejected, served := st.Statuses[http.StatusServiceUnavailable], st.Statuses[http.StatusOK]
+	if st.Attempts != 30 || rejected+served != 30 || st.PeakInService > 2 || st.InService != 0 {
+		t.Fatalf("stats %+v, want 30 attempts, each answered 503 or 200, peak at most 2, none left in service", st)
 	}
-	if r.failed != st.Rejected || r.reasons["status 503"] != st.Rejected || len(r.latencies) != st.Served {
-		t.Fatalf("%d failed (%v) and %d succeeded; the provider sent %d 503s and served %d", r.failed, r.reasons, len(r.latencies), st.Rejected, st.Served)
+	if r.failed != rejected || r.reasons["status 503"] != rejected || len(r.latencies) != served {
+		t.Fatalf("%d failed (%v) and %d succeeded; the provider sent %d 503s and served %d", r.failed, r.reasons, len(r.latencies), rejected, served)
 	}
 }
 
