@@ -7,8 +7,13 @@ type requestOptionsKey struct{}
 // ContextWithOptions returns a context that makes a RetryTransport apply opts
 // on top of its own configuration for the one request made with it: for
 // example WithMaxRetries(0) for a request that must not be retried, or a
-// longer backoff for a batch job. Options that shape the transport as a whole
-// (WithLogger, WithClock, WithHooks) have no effect per request.
+// longer backoff for a batch job. Only the retry policy applies per request:
+// retries, backoff, jitter, server-wait and queue-wait limits, attempt
+// timeout, body buffer, classifier and idempotency options. Options that
+// shape the transport or its upstreams as a whole (WithLogger, WithClock,
+// WithHooks, WithKeyFunc, WithRateLimit, WithRateLimitBurst,
+// WithTokenEstimator, WithMaxConcurrency, WithCircuitBreaker,
+// WithRetryBudget, WithQuotaBackend) have no effect per request.
 func ContextWithOptions(ctx context.Context, opts ...Option) context.Context {
 	if prev := requestOptions(ctx); prev != nil {
 		opts = append(append([]Option(nil), prev...), opts...)

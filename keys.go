@@ -1,6 +1,8 @@
 package retryhttp
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -27,13 +29,20 @@ func WithKeyFunc(f func(*http.Request) string) Option {
 	return Option{func(c *config) { c.keyFunc = f }}
 }
 
-// String is the key as Stats reports it: "scheme://host[:port]", or the
-// WithKeyFunc value.
+// String is the key as Stats, logs, hooks and a shared quota backend name
+// it: "scheme://host[:port]", or the WithKeyFunc value. A WithKeyFunc value
+// that holds a credential (keying by API key is what the option is for) is
+// never written out: it is redacted, and a fingerprint (the first 8 bytes of
+// its SHA-256) keeps different keys apart.
 func (k upstreamKey) String() string {
-	if k.custom != "" || k.scheme == "" {
-		return k.custom
+	if k.custom == "" && k.scheme != "" {
+		return k.scheme + "://" + k.host
 	}
-	return k.scheme + "://" + k.host
+	if r := redactText(k.custom); r != k.custom {
+		sum := sha256.Sum256([]byte(k.custom))
+		return r + " #" + hex.EncodeToString(sum[:8])
+	}
+	return k.custom
 }
 
 func (t *RetryTransport) keyOf(req *http.Request) upstreamKey {

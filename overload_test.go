@@ -256,3 +256,25 @@ func TestWhatCountsAsAnUpstreamFailure(t *testing.T) {
 		})
 	}
 }
+
+func TestKeysThatHoldCredentialsAreNeverWrittenOut(t *testing.T) {
+	secret := "Bearer sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"
+	other := "Bearer sk-ant-api03-zyxwvutsrqponmlkjihgfedcba9876543210"
+	a, b := upstreamKey{custom: secret}.String(), upstreamKey{custom: other}.String()
+	assert.NotContains(t, a, "sk-ant")
+	assert.NotContains(t, a, "abcdefghijklmnop")
+	assert.NotEqual(t, a, b, "different keys stay apart")
+	assert.Equal(t, a, upstreamKey{custom: secret}.String(), "and the same key names the same upstream")
+	assert.Equal(t, "tenant-42", upstreamKey{custom: "tenant-42"}.String())
+	assert.Equal(t, "https://api.test:8443", upstreamKey{scheme: "https", host: "api.test:8443"}.String())
+
+	rt := New(&switchable{}, WithClock(autoClock()), WithMaxRetries(0),
+		WithKeyFunc(func(r *http.Request) string { return r.Header.Get("Authorization") }))
+	req, _ := http.NewRequest(http.MethodGet, "https://api.test/v1", nil)
+	req.Header.Set("Authorization", secret)
+	resp, err := rt.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Len(t, rt.Stats(), 1)
+	assert.NotContains(t, rt.Stats()[0].Key, "sk-ant")
+}

@@ -48,10 +48,11 @@ func (t *RetryTransport) CloseIdleConnections() {
 // RoundTrip sends req, retrying transient failures as the policy allows.
 //
 // A request passes these stages on every attempt: admit (holds, pacing,
-// client-side limits, concurrency) → send (a fresh copy of the body) →
-// observe (what the headers say of the upstream) → classify (transient or
-// final) → wait (backoff or the server's wait, within the caller's deadline),
-// or return. It returns the last response with its body unread when retries
+// client-side limits, the circuit breaker, concurrency) → send (a fresh copy
+// of the body) → observe (what the headers and the outcome say of the
+// upstream) → classify (transient or final) → wait (backoff or the server's
+// wait, within the caller's deadline and the upstream's retry budget), or
+// return. It returns the last response with its body unread when retries
 // end on a response, and an *Error when they end on a transport error. The
 // caller's request is never modified.
 func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -199,10 +200,10 @@ func (c *call) plan(resp *http.Response) (time.Duration, string) {
 		return 0, strings.TrimPrefix(err.Error(), "retryhttp: ")
 	}
 	now := c.t.cfg.clock.Now()
-	wait, fromServer := c.policy.nextWait(resp, now, c.attempts, c.prevWait)
-	if fromServer && wait > c.policy.maxRetryAfter {
-		c.retryAt = now.Add(wait)
-		return 0, "server asked to wait " + wait.String() + ", longer than the limit " + c.policy.maxRetryAfter.String()
+	wait, server := c.policy.nextWait(resp, now, c.attempts, c.prevWait)
+	if server > c.policy.maxRetryAfter {
+		c.retryAt = now.Add(server)
+		return 0, "server asked to wait " + server.String() + ", longer than the limit " + c.policy.maxRetryAfter.String()
 	}
 	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait).After(deadline) {
 		c.retryAt = now.Add(wait)

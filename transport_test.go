@@ -331,6 +331,21 @@ func TestServerWaitIsAFloor(t *testing.T) {
 	}
 }
 
+func TestServerWaitAtTheLimitIsHonouredDespiteJitter(t *testing.T) {
+	// The default limit is 60s and the default jitter up to 1s: a server
+	// asking for exactly 60s is within the limit, whatever jitter adds.
+	for i := 0; i < 20; i++ {
+		mock, _ := scripted(t, step{status: 503, header: http.Header{"Retry-After": {"60"}}}, step{status: 200})
+		clk := autoClock()
+		resp, err := New(mock, WithClock(clk)).RoundTrip(get(t, "https://api.test/x"))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		require.Len(t, clk.Sleeps(), 1)
+		assert.GreaterOrEqual(t, clk.Sleeps()[0], 60*time.Second)
+	}
+}
+
 func TestServerWaitOverLimitStopsAtOnce(t *testing.T) {
 	for _, v := range []string{"120", "86400", "484289h", "99999999999999999999999"} {
 		mock, _ := scripted(t, step{status: 503, header: http.Header{"Retry-After": {v}}, body: "busy"}, step{status: 200})

@@ -13,20 +13,23 @@ import (
 // transient: another attempt may well be faster.
 var errAttemptTimeout = errors.New("retryhttp: attempt timed out waiting for response headers")
 
-// nextWait returns the wait before the next attempt and whether the server
-// chose it. A positive server wait (see serverWait) is a floor: the retry
-// leaves no earlier, plus jitter so that callers told the same time do not
-// all return at the same instant. Without one, the backoff schedule applies.
-func (p *policy) nextWait(resp *http.Response, now time.Time, retry int, prev time.Duration) (time.Duration, bool) {
+// nextWait returns the wait before the next attempt and the wait the server
+// asked for (0 if it named none). A positive server wait (see serverWait) is
+// a floor: the retry leaves no earlier, plus jitter so that callers told the
+// same time do not all return at the same instant. Without one, the backoff
+// schedule applies. The server's wait is returned apart, so the limit on it
+// (WithMaxRetryAfter) is checked against what the server said, not against
+// the jitter added to it.
+func (p *policy) nextWait(resp *http.Response, now time.Time, retry int, prev time.Duration) (wait, server time.Duration) {
 	if resp != nil {
 		if d, ok := serverWait(resp, now); ok && d > 0 {
 			if d > p.maxRetryAfter {
-				return d, true
+				return d, d
 			}
-			return d + uniform(0, p.jitter, rand.Int64N), true
+			return d + uniform(0, p.jitter, rand.Int64N), d
 		}
 	}
-	return p.backoff(retry, prev, rand.Int64N), false
+	return p.backoff(retry, prev, rand.Int64N), 0
 }
 
 // rateLimitFallbackWait is the wait after a rate-limit 403 that names no
