@@ -8,10 +8,17 @@ go 1.22
 require (
 	github.com/hashicorp/go-cleanhttp v0.5.2
 	github.com/jarcoal/httpmock v1.4.2
+	github.com/schollz/progressbar/v3 v3.18.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/term v0.28.0
 )
 
-require golang.org/x/time v0.10.0 // indirect
+require (
+	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
+	golang.org/x/sys v0.29.0 // indirect
+	golang.org/x/time v0.10.0 // indirect
+)
 
 require (
 	github.com/davecgh/go-spew v1.1.1 // indirect

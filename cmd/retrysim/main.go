@@ -1,50 +1,43 @@
-// Command retrysim shows what retryhttp changes for a client of a flaky API.
+// Command retrysim shows what a retry policy does to a client of a
+// rate-limited, failing API, and helps choose retryhttp's settings.
 //
-// It starts an embedded provider on loopback that fails a share of attempts
-// the way LLM APIs do (503, 529 overloaded, 429 with Retry-After), sends the
-// same batch of POST requests through a plain http.Client and then through
-// retryhttp.New(nil), and prints the two outcomes side by side.
+// It starts fake providers from package retrytest on 127.0.0.1 and runs
+// scenarios against them:
+//
+//   - burst: many goroutines at once against a rate limit that answers 429
+//     with Retry-After and a provider's rate-limit headers;
+//   - outage: 529 overloaded for the first seconds, then 200;
+//   - flaky: connection resets, 503s, slow headers, bodies cut short;
+//   - contention: many clients each making one write against a provider of
+//     fixed capacity, as in AWS's "Exponential Backoff and Jitter" study,
+//     comparing jitter strategies.
+//
+// Each scenario is run with several policies side by side: no retries, a
+// hand-written loop with a fixed delay, one with exponential backoff and no
+// jitter, retryhttp's defaults, and retryhttp with settings given as flags.
+// While it runs it shows progress on stderr (a bar on a terminal, plain
+// lines otherwise). At the end it prints a summary table and writes an SVG
+// chart of attempts over time by outcome, with the time requests spent
+// waiting in the client.
 //
 // Usage:
 //
-//	go run ./cmd/retrysim [-n 200] [-c 20] [-fail 0.25] [-seed 1] [-max-retries 5]
+//	go run ./cmd/retrysim [flags]
 //
-// The provider's failures follow a script fixed by the seed (see script in
-// provider.go): attempt k of request i fails, or not, the same way for both
-// clients and on every run with that seed. Only timings differ between runs.
+// Run it with -h for the flags. With none it runs every scenario at a
+// modest size in well under a minute.
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"net/http"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
-	"sync"
-	"text/tabwriter"
 	"time"
-
-	"github.com/hashicorp/go-cleanhttp"
-
-	"github.com/retryhttp/retryhttp"
 )
-
-// config is what the flags set.
-type config struct {
-	requests    int
-	concurrency int
-	failRate    float64
-	seed        uint64
-	maxRetries  int
-}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -63,315 +56,108 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return 2
 	}
-	if _, err := run(ctx, stdout, cfg); err != nil {
+	if _, err := run(ctx, cfg, stdout, newProgress(stderr, totalRequests(cfg))); err != nil {
 		fmt.Fprintln(stderr, "retrysim:", err)
 		return 1
 	}
 	return 0
 }
 
-// parseFlags reads and checks the flags. Problems are reported on stderr;
-// the error only tells the caller to stop.
-func parseFlags(args []string, stderr io.Writer) (config, error) {
-	cfg := config{}
-	fs := flag.NewFlagSet("retrysim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.IntVar(&cfg.requests, "n", 200, "number of requests in the batch each client sends (1 to 100000)")
-	fs.IntVar(&cfg.concurrency, "c", 20, "how many requests each client has in flight at once (1 to 1000)")
-	fs.Float64Var(&cfg.failRate, "fail", 0.25, "probability that the provider fails an attempt, from 0 to 1;\na failure is a 503, a 529 overloaded or a 429 with Retry-After: 1,\nin equal shares")
-	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the provider's failure script: the same seed fails the same\nattempts of the same requests, for both clients and on every run")
-	fs.IntVar(&cfg.maxRetries, "max-retries", retryhttp.DefaultMaxRetries, "retries after the first attempt for the retryhttp client\n(retryhttp.WithMaxRetries); 0 sends each request once")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: retrysim [flags]
-
-retrysim starts a provider on loopback that fails some attempts the way LLM
-APIs do, sends the same batch of POST requests through a plain http.Client
-and through retryhttp.New(nil), and prints a side-by-side summary.
-
-Flags:
-`)
-		fs.PrintDefaults()
+// totalRequests is how many requests the whole run sends, for the bar.
+func totalRequests(cfg config) int {
+	n := 0
+	for _, key := range cfg.scenarios {
+		sc := buildScenario(cfg, key)
+		n += sc.requests * len(sc.policies)
 	}
-	if err := fs.Parse(args); err != nil {
-		return cfg, err // flag has printed the problem and the usage
-	}
-	var problem string
-	switch {
-	case fs.NArg() > 0:
-		problem = fmt.Sprintf("unexpected argument %q: retrysim takes flags only", fs.Arg(0))
-	case cfg.requests < 1 || cfg.requests > 100000:
-		problem = fmt.Sprintf("-n must be between 1 and 100000, got %d", cfg.requests)
-	case cfg.concurrency < 1 || cfg.concurrency > 1000:
-		problem = fmt.Sprintf("-c must be between 1 and 1000, got %d", cfg.concurrency)
-	case !(cfg.failRate >= 0 && cfg.failRate <= 1): // also rejects NaN
-		problem = fmt.Sprintf("-fail must be a probability between 0 and 1, got %v", cfg.failRate)
-	case cfg.maxRetries < 0:
-		problem = fmt.Sprintf("-max-retries must be 0 or more, got %d", cfg.maxRetries)
-	}
-	if problem != "" {
-		fmt.Fprintf(stderr, "retrysim: %s\nRun 'retrysim -h' for the flags.\n", problem)
-		return cfg, errors.New(problem)
-	}
-	return cfg, nil
+	return n
 }
 
-// Client labels, sent in clientHeader so the provider counts each apart.
-const (
-	plainLabel = "plain"
-	retryLabel = "retryhttp"
-)
+// run runs the chosen scenarios one after the other, then prints the
+// summary to w and writes the chart. It returns every run's result, grouped
+// by scenario.
+func run(ctx context.Context, cfg config, w io.Writer, prog progress) ([][]*runResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.maxTime)
+	defer cancel()
 
-// run starts the provider, sends the batch through both clients in turn and
-// writes the summary to w. extra options go to retryhttp.New after
-// WithMaxRetries; tests use them to put in a fake clock.
-func run(ctx context.Context, w io.Writer, cfg config, extra ...retryhttp.Option) ([]result, error) {
-	p, err := startProvider(script{seed: cfg.seed, failRate: cfg.failRate})
-	if err != nil {
-		return nil, err
+	scenarios := make([]*scenario, len(cfg.scenarios))
+	for i, key := range cfg.scenarios {
+		sc := buildScenario(cfg, key)
+		scenarios[i] = &sc
 	}
-	defer p.Close()
+	printPreamble(w, cfg, scenarios)
 
-	fmt.Fprintf(w, "retrysim: %d POST requests, %d at a time, to an embedded provider at %s\n",
-		cfg.requests, cfg.concurrency, p.URL)
-	fmt.Fprintf(w, "provider: each attempt fails with probability %g (503, 529 overloaded, 429 with Retry-After: 1); script seed %d\n\n",
-		cfg.failRate, cfg.seed)
-
-	// Both clients get the same kind of connection pool (go-cleanhttp's
-	// pooled transport, which retryhttp.New(nil) wraps), so the table compares
-	// retrying, not pool sizes.
-	plain := &http.Client{Transport: cleanhttp.DefaultPooledTransport()}
-	opts := append([]retryhttp.Option{retryhttp.WithMaxRetries(cfg.maxRetries)}, extra...)
-	retrying := &http.Client{Transport: retryhttp.New(nil, opts...)}
-
-	clients := []struct {
-		name, label string
-		client      *http.Client
-	}{
-		{"plain http.Client", plainLabel, plain},
-		{fmt.Sprintf("retryhttp.New(nil), %d retries", cfg.maxRetries), retryLabel, retrying},
-	}
-	var results []result
-	for _, c := range clients {
-		fmt.Fprintf(w, "sending through %s...\n", c.name)
-		r, err := runBatch(ctx, p, cfg, c.label, c.client)
-		c.client.CloseIdleConnections()
-		if err != nil {
-			return nil, err
+	start := time.Now()
+	var groups [][]*runResult
+	for _, sc := range scenarios {
+		if ctx.Err() != nil {
+			break
 		}
-		r.name = c.name
-		results = append(results, r)
+		prog.scenario(sc)
+		groups = append(groups, runScenario(ctx, cfg, sc, prog))
+	}
+	prog.done()
+	elapsed := time.Since(start)
+
+	var rows []row
+	for _, g := range groups {
+		for _, r := range g {
+			rows = append(rows, summarize(r))
+		}
 	}
 	fmt.Fprintln(w)
-	printSummary(w, results)
-	return results, nil
-}
+	printTable(w, rows)
+	printFailures(w, rows)
+	fmt.Fprintf(w, "\nok: requests that got a 2xx with its whole body. attempts: tries sent, retries included.\n"+
+		"429, 5xx, no answer: attempts that ended so. wait/req: mean time a request spent waiting in the\n"+
+		"client. wall: until the last request ended. p50, p99: request latency, failed requests included.\n")
+	fmt.Fprintf(w, "\nretrysim: ran %d scenario(s) in %s.\n", len(groups), fmtDur(elapsed))
 
-// request is the outcome of one request of the batch, as its client saw it.
-type request struct {
-	status   int              // final status; 0 when no response came back
-	attempts int              // attempts the client reports (1 for the plain client)
-	latency  time.Duration    // from sending until the body was read
-	err      *retryhttp.Error // from retryhttp.CheckResponse; nil on success
-}
-
-// result is one client's run of the batch.
-type result struct {
-	name           string
-	requests       []request // indexed by request id
-	serverAttempts int       // attempts the provider received from this client
-	wall           time.Duration
-}
-
-// runBatch sends cfg.requests requests through client, cfg.concurrency at a
-// time, and collects what each one ended with.
-func runBatch(ctx context.Context, p *provider, cfg config, label string, client *http.Client) (result, error) {
-	reqs := make([]request, cfg.requests)
-	ids := make(chan int)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range min(cfg.concurrency, cfg.requests) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range ids {
-				reqs[id] = send(ctx, client, p.URL+"/v1/messages", label, id)
-			}
-		}()
-	}
-feed:
-	for id := range cfg.requests {
-		select {
-		case ids <- id:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(ids)
-	wg.Wait()
-	wall := time.Since(start)
 	if err := ctx.Err(); err != nil {
-		return result{}, err
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("stopped at -max-time %s; the table shows what finished", cfg.maxTime)
+		}
+		return groups, err
 	}
-	return result{requests: reqs, serverAttempts: p.Attempts(label), wall: wall}, nil
+	if cfg.svg != "" {
+		if err := os.WriteFile(cfg.svg, writeChart(cfg, groups), 0o644); err != nil {
+			return groups, fmt.Errorf("write chart: %w", err)
+		}
+		fmt.Fprintf(w, "retrysim: chart written to %s (open it in a browser)\n", cfg.svg)
+	}
+	return groups, nil
 }
 
-// send makes request id of the batch and reads its response to the end.
-func send(ctx context.Context, client *http.Client, url, label string, id int) request {
-	body, _ := json.Marshal(simRequest{ID: id, Prompt: "Say ok."})
-	start := time.Now()
-	// A bytes.Reader body gets GetBody from NewRequest, so retries resend it
-	// without a copy.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	var resp *http.Response
-	if err == nil {
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(requestIDHeader, strconv.Itoa(id))
-		req.Header.Set(clientHeader, label)
-		resp, err = client.Do(req)
+// printPreamble says what is about to run: each scenario and each policy.
+func printPreamble(w io.Writer, cfg config, scenarios []*scenario) {
+	fmt.Fprintf(w, "retrysim: %d scenario(s) against fake providers (package retrytest) on 127.0.0.1, seed %d.\n",
+		len(scenarios), cfg.seed)
+	fmt.Fprintln(w, "Every policy sends through go-cleanhttp's pooled transport, with a recorder under it that times each attempt.")
+	if cfg.parallel {
+		fmt.Fprintln(w, "A scenario's policies run at the same time, each against a provider of its own (-parallel=false: one by one).")
 	}
-	r := request{attempts: 1}
-	if cerr := retryhttp.CheckResponse(resp, err); cerr != nil {
-		errors.As(cerr, &r.err) // CheckResponse always returns a *retryhttp.Error
-		r.status, r.attempts = r.err.StatusCode, max(r.err.Attempts, 1)
-	} else {
-		r.status, r.attempts = resp.StatusCode, max(retryhttp.Attempts(resp), 1)
+	fmt.Fprintln(w)
+	for _, sc := range scenarios {
+		fmt.Fprintf(w, "%-11s %s: %s.\n", sc.key, sc.title, sc.about)
 	}
-	if resp != nil {
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	r.latency = time.Since(start)
-	return r
-}
-
-// succeeded counts the requests that ended without an error.
-func (r result) succeeded() int {
-	n := 0
-	for _, q := range r.requests {
-		if q.err == nil {
-			n++
+	var shared, jitter []policy
+	for _, sc := range scenarios {
+		if sc.load == manyClients {
+			jitter = sc.policies
+		} else {
+			shared = sc.policies
 		}
 	}
-	return n
-}
-
-// failedWith counts the failed requests whose final status was status (0:
-// no response).
-func (r result) failedWith(status int) int {
-	n := 0
-	for _, q := range r.requests {
-		if q.err != nil && q.status == status {
-			n++
+	if len(shared) > 0 {
+		fmt.Fprintln(w, "\nPolicies (burst, outage, flaky):")
+		for _, p := range shared {
+			fmt.Fprintf(w, "  %-18s %s\n", p.name, p.about)
 		}
 	}
-	return n
-}
-
-// clientAttempts sums the attempts the client reports for its requests.
-func (r result) clientAttempts() int {
-	n := 0
-	for _, q := range r.requests {
-		n += q.attempts
-	}
-	return n
-}
-
-// percentile returns the nearest-rank p-quantile (0 < p <= 1) of latency.
-func (r result) percentile(p float64) time.Duration {
-	if len(r.requests) == 0 {
-		return 0
-	}
-	ls := make([]time.Duration, len(r.requests))
-	for i, q := range r.requests {
-		ls[i] = q.latency
-	}
-	slices.Sort(ls)
-	i := int(math.Ceil(p*float64(len(ls)))) - 1
-	return ls[min(max(i, 0), len(ls)-1)]
-}
-
-// firstFailure returns the lowest-numbered failed request, or -1.
-func (r result) firstFailure() int {
-	for id, q := range r.requests {
-		if q.err != nil {
-			return id
+	if len(jitter) > 0 {
+		fmt.Fprintln(w, "\nJitter strategies (contention):")
+		for _, p := range jitter {
+			fmt.Fprintf(w, "  %-18s %s\n", p.name, p.about)
 		}
-	}
-	return -1
-}
-
-// printSummary writes the side-by-side table, then one failure of each client
-// as its callers would see it through retryhttp.CheckResponse.
-func printSummary(w io.Writer, results []result) {
-	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	row := func(label string, cell func(result) string) {
-		fmt.Fprint(tw, label)
-		for _, r := range results {
-			fmt.Fprint(tw, "\t"+cell(r))
-		}
-		fmt.Fprintln(tw)
-	}
-	row("", func(r result) string { return r.name })
-	row("requests", func(r result) string { return strconv.Itoa(len(r.requests)) })
-	row("succeeded", func(r result) string {
-		return fmt.Sprintf("%d (%.1f%%)", r.succeeded(), 100*float64(r.succeeded())/float64(max(len(r.requests), 1)))
-	})
-	row("failed", func(r result) string { return strconv.Itoa(len(r.requests) - r.succeeded()) })
-	for _, status := range failureStatuses(results) {
-		label := "  final status " + strconv.Itoa(status)
-		if status == 0 {
-			label = "  no response"
-		}
-		row(label, func(r result) string { return strconv.Itoa(r.failedWith(status)) })
-	}
-	row("attempts (server)", func(r result) string { return strconv.Itoa(r.serverAttempts) })
-	row("wall time", func(r result) string { return fmtDuration(r.wall) })
-	row("latency p50", func(r result) string { return fmtDuration(r.percentile(0.50)) })
-	row("latency p99", func(r result) string { return fmtDuration(r.percentile(0.99)) })
-	tw.Flush()
-
-	for _, r := range results {
-		id := r.firstFailure()
-		if id < 0 {
-			retried := 0
-			for _, q := range r.requests {
-				if q.attempts > 1 {
-					retried++
-				}
-			}
-			fmt.Fprintf(w, "\n%s: every request succeeded; %d of them after retries.\n", r.name, retried)
-			continue
-		}
-		e := r.requests[id].err
-		fmt.Fprintf(w, "\n%s, request %d, via retryhttp.CheckResponse:\n", r.name, id)
-		fmt.Fprintf(w, "  err.Error():       %s\n", e.Error())
-		fmt.Fprintf(w, "  err.UserMessage(): %s\n", e.UserMessage())
-	}
-}
-
-// failureStatuses lists, in order, the final statuses of failed requests in
-// any of the results.
-func failureStatuses(results []result) []int {
-	var statuses []int
-	for _, r := range results {
-		for _, q := range r.requests {
-			if q.err != nil && !slices.Contains(statuses, q.status) {
-				statuses = append(statuses, q.status)
-			}
-		}
-	}
-	slices.Sort(statuses)
-	return statuses
-}
-
-// fmtDuration rounds d to three or so significant digits for the table.
-func fmtDuration(d time.Duration) string {
-	switch {
-	case d < time.Millisecond:
-		return d.Round(time.Microsecond).String()
-	case d < time.Second:
-		return d.Round(10 * time.Microsecond).String()
-	default:
-		return d.Round(10 * time.Millisecond).String()
 	}
 }
