@@ -28,7 +28,7 @@ func (c *call) admit() (admission, error) {
 		u.stats.requests.Add(1)
 		u.budget.depositLater()
 	}
-	if !u.free.Load() {
+	if !u.free.Load() || t.cfg.quota != nil { // a shared quota is asked on every attempt
 		var err error
 		if a.pass, err = c.schedule(u); err != nil {
 			return admission{}, err
@@ -60,7 +60,9 @@ func (c *call) schedule(u *upstream) (pass, error) {
 	}
 	var booked reservation
 	var limitAt time.Time // when the client-side limits let this attempt go
-	if u.limits != nil {
+	if q := c.t.cfg.quota; q != nil {
+		limitAt, booked = c.takeShared(q, u, now, t.at)
+	} else if u.limits != nil {
 		var in, out int
 		if u.limits.countsTokens() {
 			in, out = c.tokens() // only then: estimating reads the body
@@ -153,16 +155,21 @@ func (c *call) admissible(now, start time.Time) error {
 // admitted: within its deadline and the longest queue wait allowed
 // (WithMaxQueueWait, by default WithMaxRetryAfter).
 func (c *call) canWaitUntil(now, start time.Time) bool {
-	wait := start.Sub(now)
-	if wait <= 0 {
-		return true
-	}
+	return !start.After(now) || !start.After(c.latestStart(now))
+}
+
+// latestStart is the latest start canWaitUntil allows a request that must
+// wait.
+func (c *call) latestStart(now time.Time) time.Time {
 	limit := c.policy.maxQueueWait
 	if limit == 0 {
 		limit = c.policy.maxRetryAfter
 	}
-	deadline, hasDeadline := c.ctx.Deadline()
-	return wait <= limit && (!hasDeadline || !start.After(deadline))
+	latest := now.Add(limit)
+	if deadline, ok := c.ctx.Deadline(); ok && deadline.Before(latest) {
+		latest = deadline
+	}
+	return latest
 }
 
 // awaitProbe waits for the upstream's probe to answer, or for the waiter's
@@ -170,6 +177,8 @@ func (c *call) canWaitUntil(now, start time.Time) bool {
 func (c *call) awaitProbe(u *upstream, w *waiter) (turn, pass, error) {
 	ch, stop := c.t.cfg.clock.NewTimer(u.rampAt(w.n).Sub(c.t.cfg.clock.Now()))
 	defer stop()
+	u.stats.queued.Add(1)
+	defer u.stats.queued.Add(-1)
 	select {
 	case <-w.released:
 	case <-ch:
@@ -196,7 +205,7 @@ func (c *call) tokens() (int, int) {
 // newUpstream makes the state of an upstream seen for the first time.
 func (t *RetryTransport) newUpstream() *upstream {
 	u := &upstream{
-		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst),
+		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst, t.cfg.quota.localShare()),
 		budget: newBudget(t.cfg.retryBudget),
 	}
 	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
@@ -229,5 +238,7 @@ func (c *call) observe(a admission, resp *http.Response, err error) {
 			hold, _ = ParseRetryAfter(resp.Header, now)
 		}
 	}
-	a.pass.observe(now, limits, hold, throttled, resp != nil)
+	if held := a.pass.observe(now, limits, hold, throttled, resp != nil); !held.IsZero() && c.t.cfg.quota != nil {
+		c.holdShared(c.t.cfg.quota, held, now)
+	}
 }

@@ -54,6 +54,14 @@
 // users. Neither ever holds credentials: URLs, error texts, log lines and
 // hook arguments are redacted.
 //
+// # Shared quotas
+//
+// Limits belong to an account, not a process. WithQuotaBackend keeps the
+// client-side limits and the holds learned from the server in a store that
+// many processes share (the redisquota module keeps them in Redis); when the
+// store cannot be reached, each process falls back to its local share of
+// each limit.
+//
 // # Observability
 //
 // Stats reports, per upstream, requests, attempts, retries, 429s, upstream

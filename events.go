@@ -23,7 +23,12 @@ type Event struct {
 type Hooks struct {
 	OnAttempt func(Event) // before each attempt is sent
 	OnRetry   func(Event) // when a retry is scheduled, with its wait
-	OnGiveUp  func(Event) // when retrying stops while the outcome is still a failure
+	// OnGiveUp is called when retrying stops early while the outcome is
+	// still transient: retries exhausted, a server wait or a deadline too
+	// far, the retry budget spent, or a request refused before its first
+	// attempt (ErrRateLimited, ErrCircuitOpen). A final outcome (a 400, a
+	// success) and the caller's own cancellation are not give-ups.
+	OnGiveUp func(Event)
 	// OnBreaker is called when an upstream's circuit breaker changes
 	// state, after the change.
 	OnBreaker func(BreakerEvent)

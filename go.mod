@@ -11,13 +11,13 @@ require (
 	github.com/schollz/progressbar/v3 v3.18.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/term v0.28.0
+	golang.org/x/time v0.10.0
 )
 
 require (
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	golang.org/x/sys v0.29.0 // indirect
-	golang.org/x/time v0.10.0 // indirect
 )
 
 require (

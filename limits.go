@@ -56,30 +56,39 @@ type clientLimits struct {
 	requests, tokens, input, output *rate.Limiter
 }
 
-func newClientLimits(l Limits, burst time.Duration) *clientLimits {
+// newClientLimits makes the buckets for share of l (1: all of it; less
+// for a process's share of limits kept by a QuotaBackend).
+func newClientLimits(l Limits, burst time.Duration, share float64) *clientLimits {
 	if !l.any() {
 		return nil
 	}
-	if burst <= 0 {
-		burst = time.Second
-	}
 	return &clientLimits{
-		requests: perMinute(l.RequestsPerMinute, burst),
-		tokens:   perMinute(l.TokensPerMinute, burst),
-		input:    perMinute(l.InputTokensPerMinute, burst),
-		output:   perMinute(l.OutputTokensPerMinute, burst),
+		requests: perMinute(l.RequestsPerMinute, burst, share),
+		tokens:   perMinute(l.TokensPerMinute, burst, share),
+		input:    perMinute(l.InputTokensPerMinute, burst, share),
+		output:   perMinute(l.OutputTokensPerMinute, burst, share),
 	}
 }
 
-// perMinute is a bucket refilled at n per minute holding burst's worth of n,
-// and never less than 1.
-func perMinute(n int, burst time.Duration) *rate.Limiter {
+// perMinute is a bucket refilled at share of n per minute holding burst's
+// worth of that, and never less than 1.
+func perMinute(n int, burst time.Duration, share float64) *rate.Limiter {
 	if n <= 0 {
 		return nil
 	}
-	perSecond := float64(n) / 60
-	b := int(perSecond * burst.Seconds())
-	return rate.NewLimiter(rate.Limit(perSecond), max(b, 1))
+	perSecond, b := limitRate(n, burst, share)
+	return rate.NewLimiter(rate.Limit(perSecond), b)
+}
+
+// limitRate is the refill rate (per second) and the bucket size of share of
+// a per-minute limit n, burst's worth of it (one second when burst is not
+// positive) and never less than 1.
+func limitRate(n int, burst time.Duration, share float64) (perSecond float64, size int) {
+	if burst <= 0 {
+		burst = time.Second
+	}
+	perSecond = float64(n) / 60 * share
+	return perSecond, max(int(perSecond*burst.Seconds()), 1)
 }
 
 // reservation is a set of reservations made for one attempt.

@@ -319,14 +319,16 @@ func (u *upstream) openLocked(now time.Time) {
 }
 
 // observe learns from one attempt's outcome: limits from its headers, a hold
-// from a 429 or Retry-After. limits may be the zero value.
-func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) {
+// from a 429 or Retry-After. limits may be the zero value. held is the hold
+// it put in force or moved later (zero if none), for a QuotaBackend to share.
+func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time) {
 	u := p.u
 	if u == nil {
-		return
+		return time.Time{}
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	before := u.heldUntil
 	u.free.Store(false) // schedule decides again, on the clock
 	if throttled {
 		u.rejected++
@@ -346,6 +348,10 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if p.probe || (u.phase == probing && gotResponse) {
 		u.openLocked(now)
 	}
+	if u.heldUntil.After(before) {
+		held = u.heldUntil
+	}
+	return held
 }
 
 // learnLocked updates the pacing from a response's rate-limit state.

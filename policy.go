@@ -44,6 +44,12 @@ type config struct {
 	limitBurst     time.Duration
 	maxConcurrency int
 
+	// quota is the WithQuotaBackend state, shared by the transport's
+	// upstreams; nil keeps every quota in memory. quotaTimeout bounds each
+	// call to it (0: DefaultQuotaTimeout).
+	quota        *sharedQuota
+	quotaTimeout time.Duration
+
 	// breaker and retryBudget configure each upstream's circuit breaker
 	// and retry budget; their zero values mean the defaults.
 	breaker     CircuitBreaker

@@ -10,6 +10,15 @@ if [ -n "$unformatted" ]; then
   echo "gofmt wants to change:"; echo "$unformatted"; exit 1
 fi
 
+# The redisquota module's tests start a real redis-server on a loopback
+# port: install it on a fresh machine (Debian's package; as root, or with
+# sudo when there is one).
+if ! command -v redis-server >/dev/null; then
+  sudo=""
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then sudo=sudo; fi
+  $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends redis-server
+fi
+
 # Every directory holding a go.mod is a module; test each one on its own.
 modules=$(find . -name go.mod -not -path '*/testdata/*' -exec dirname {} \; | sort)
 for m in $modules; do
