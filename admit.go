@@ -69,7 +69,7 @@ func (c *call) schedule(u *upstream) (pass, error) {
 		}
 		limitAt, booked = u.limits.reserve(now, in, out)
 	}
-	if err := c.admissible(now, later(t.at, limitAt)); err != nil {
+	if err := c.admissible(now, later(t.firmAt(), limitAt)); err != nil {
 		booked.cancel(now)
 		if w != nil {
 			u.claim(w)
@@ -97,6 +97,7 @@ func (c *call) schedule(u *upstream) (pass, error) {
 // ones), and a new reading may have changed the pace (a quicker pace wakes
 // the waiters at once).
 func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time) error {
+	latest := c.latestStart(c.t.cfg.clock.Now()) // the longest it may wait
 	for {
 		now := c.t.cfg.clock.Now()
 		at, quicker := u.recheck(now, &t, c.policy.jitter)
@@ -104,11 +105,20 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time) error {
 		if !start.After(now) {
 			return nil
 		}
-		if err := c.admissible(now, start); err != nil {
-			return err
+		// A firm start past the limit fails at once; a projected one is
+		// waited for up to the limit, in case the pace brings it forward.
+		if firm := later(t.firmAt(), limitAt); firm.After(latest) {
+			return c.rateLimited(now, firm)
+		}
+		wake := start
+		if wake.After(latest) {
+			if !now.Before(latest) {
+				return c.rateLimited(now, start)
+			}
+			wake = latest
 		}
 		u.stats.queued.Add(1)
-		err := c.waitOr(start.Sub(now), quicker)
+		err := c.waitOr(wake.Sub(now), quicker)
 		u.stats.queued.Add(-1)
 		if err != nil {
 			return err
@@ -145,6 +155,12 @@ func (c *call) admissible(now, start time.Time) error {
 	if c.canWaitUntil(now, start) {
 		return nil
 	}
+	return c.rateLimited(now, start)
+}
+
+// rateLimited is the error of a request that could not be admitted before
+// it had to go: ErrRateLimited, retryable at start.
+func (c *call) rateLimited(now, start time.Time) *Error {
 	wait := start.Sub(now)
 	e := c.transportError(ErrRateLimited, "the upstream's quota frees up in "+wait.Round(time.Millisecond).String()+", later than the request can wait")
 	e.Retryable, e.RetryAt = true, start

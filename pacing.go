@@ -96,6 +96,7 @@ type upstream struct {
 	latest   reading       // the reading that covers the most attempts sent
 	limit    int64         // the quota's size, as the latest reading gave it
 	coarse   bool          // the quota is a coarse bucket (see coarseBucket)
+	firm     bool          // the pace is what the server stated (see turn.firm)
 	measured bool          // a drain measurement has stated the rate
 
 	heldUntil time.Time
@@ -121,6 +122,13 @@ type turn struct {
 	at    time.Time
 	v     float64 // the slot, when paced
 	paced bool
+	// firm is set when at is what the server or the pace it stated
+	// imposes, so a request that cannot wait until then may be refused at
+	// once. A pace still being learned (a coarse bucket's first guess, a
+	// fixed window's remaining spread over the time left) only projects a
+	// time: the request waits instead, as long as it may, and the pace may
+	// yet bring its turn forward.
+	firm bool
 }
 
 // pass is what an admitted attempt carries back to observe.
@@ -143,7 +151,7 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	case cold:
 		u.phase, u.probeStart = probing, now
 		u.released = make(chan struct{})
-		return turn{at: u.afterHold(now, jitter)}, nil, pass{u: u, probe: true}
+		return turn{at: u.afterHold(now, jitter), firm: true}, nil, pass{u: u, probe: true}
 	case probing:
 		w = &waiter{n: len(u.waiters) + 1, released: u.released}
 		u.waiters = append(u.waiters, w)
@@ -158,13 +166,13 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 // is paced, else start itself.
 func (u *upstream) turnLocked(start time.Time) turn {
 	if u.interval <= 0 {
-		return turn{at: start}
+		return turn{at: start, firm: true}
 	}
 	v, moved := u.gcraLocked(u.slotsAt(start))
 	if moved {
 		start = u.timeOf(v)
 	}
-	return turn{at: start, v: v, paced: true}
+	return turn{at: start, v: v, paced: true, firm: u.firm}
 }
 
 // rampAt is when the n-th request queued behind the probe goes if the probe
@@ -195,6 +203,14 @@ func (u *upstream) dispatch(p *pass) {
 	u.mu.Unlock()
 }
 
+// firmAt is the turn's time if it is firm (see turn.firm), else zero.
+func (t turn) firmAt() time.Time {
+	if t.firm {
+		return t.at
+	}
+	return time.Time{}
+}
+
 // recheck returns when a request that already has its turn may go, given
 // the time now: later if the upstream is held (a new turn after the hold,
 // paced or spread with jitter), earlier or later if the pace changed since
@@ -205,7 +221,7 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	defer u.mu.Unlock()
 	at = t.at
 	if t.paced && u.interval > 0 {
-		at = u.timeOf(t.v)
+		at, t.firm = u.timeOf(t.v), u.firm
 	}
 	if u.heldUntil.After(now) && at.Before(u.heldUntil) {
 		*t = u.turnLocked(u.afterHold(now, jitter)) // a new turn after the hold, not a herd
@@ -377,6 +393,7 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64) {
 			u.rate = u.nextRate(lo, hi, q, float64(q.Limit-q.Remaining), q.Reset.Sub(now).Seconds(), binding)
 		}
 		u.setPaceLocked(now, u.paceOf(u.rate))
+		u.firm = l.Window > 0 || (l.Replenishing && !coarse)
 		u.capacity = 1
 		if q.HasLimit && q.Limit > headroom+1 {
 			u.capacity = float64(q.Limit - headroom)
@@ -469,9 +486,11 @@ func (u *upstream) measureLocked(now time.Time, q Quota, sent uint64, lo, hi flo
 		return // keep the mark: a longer span measures finer
 	case !m.full && !r.full:
 		return // too few attempts yet to tell the rate
-	case r.full && binding && u.measured:
-		u.rate *= rateCreep
 	case r.full && binding:
+		// A measure can come out low (a reading delayed on its way
+		// here stretches its span), and a full bucket says so: probe
+		// up again. The shortfall check keeps the probing from
+		// emptying the bucket.
 		u.rate *= 2
 	}
 	if u.ceiling > 0 {

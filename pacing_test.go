@@ -1,6 +1,8 @@
 package retryhttp
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -528,4 +530,82 @@ func TestExhaustedReplenishingQuotaWaitsForOneUnitOnceTheRateIsProven(t *testing
 	u = &upstream{phase: open}
 	pass{u: u}.observe(now, ParseRateLimits(anthropicHeaders(10, 0, now.Add(time.Second)), now), 0, false, true)
 	assert.Equal(t, time.Second, u.heldUntil.Sub(now), "no proven rate: until the reset")
+}
+
+func TestOnlyAStatedPaceIsFirm(t *testing.T) {
+	now := testStart
+	coarse := &upstream{phase: open}
+	pass{u: coarse}.observe(now, ParseRateLimits(anthropicHeaders(10, 9, now.Add(time.Second)), now), 0, false, true)
+	for i := 0; i < 20; i++ {
+		coarse.schedule(now, 0)
+	}
+	tn, _, _ := coarse.schedule(now, 0)
+	assert.True(t, tn.paced)
+	assert.False(t, tn.firm, "a coarse bucket's first guess only projects a turn")
+	assert.True(t, tn.firmAt().IsZero())
+
+	stated := &upstream{phase: open}
+	pass{u: stated}.observe(now, ParseRateLimits(openAIHeaders(10, 9, "10ms"), now), 0, false, true)
+	for i := 0; i < 20; i++ {
+		stated.schedule(now, 0)
+	}
+	tn, _, _ = stated.schedule(now, 0)
+	assert.True(t, tn.firm, "a rate the headers state is firm")
+	assert.Equal(t, tn.at, tn.firmAt())
+}
+
+func TestAProjectedTurnIsWaitedForAndMovesWithThePace(t *testing.T) {
+	clk := fakeclock.New(time.Now()) // the deadline's context runs on the real clock
+	rt := New(sequence(step{status: 200}), WithClock(clk))
+	u := &upstream{phase: open, capacity: 1}
+	u.setPaceLocked(clk.Now(), time.Second) // a cautious guess: 1/s
+	for i := 0; i < 30; i++ {
+		u.schedule(clk.Now(), 0)
+	}
+	tn, _, _ := u.schedule(clk.Now(), 0) // projected 30s away
+	require.False(t, tn.firm)
+
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(time.Minute))
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.test/v1", nil)
+	c := &call{t: rt, req: req, ctx: ctx, policy: &rt.cfg.policy}
+	rt.cfg.policy.maxQueueWait = 5 * time.Second
+	done := make(chan error, 1)
+	go func() { done <- c.awaitTurn(u, tn, time.Time{}) }()
+	require.True(t, clk.WaitForTimers(1, 5*time.Second), "it waits instead of failing at once")
+	select {
+	case err := <-done:
+		t.Fatalf("refused at once: %v", err)
+	default:
+	}
+	u.mu.Lock()
+	u.setPaceLocked(clk.Now(), 100*time.Millisecond) // a reading: 10/s
+	u.mu.Unlock()
+	// Woken by the quicker pace, it now waits for its turn 3.1s away.
+	require.Eventually(t, func() bool { return clk.Pending() == 1 && len(done) == 0 }, 5*time.Second, time.Millisecond)
+	clk.Advance(3100 * time.Millisecond)
+	require.NoError(t, <-done, "its turn came within the deadline")
+}
+
+func TestAProjectedTurnStillPastTheQueueLimitFailsAtTheLimit(t *testing.T) {
+	clk := fakeclock.New(time.Now()) // the deadline's context runs on the real clock
+	rt := New(sequence(step{status: 200}), WithClock(clk))
+	u := &upstream{phase: open, capacity: 1}
+	u.setPaceLocked(clk.Now(), time.Second)
+	for i := 0; i < 30; i++ {
+		u.schedule(clk.Now(), 0)
+	}
+	tn, _, _ := u.schedule(clk.Now(), 0)
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(time.Minute))
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.test/v1", nil)
+	c := &call{t: rt, req: req, ctx: ctx, policy: &rt.cfg.policy}
+	rt.cfg.policy.maxQueueWait = 5 * time.Second
+	done := make(chan error, 1)
+	go func() { done <- c.awaitTurn(u, tn, time.Time{}) }()
+	require.True(t, clk.WaitForTimers(1, 5*time.Second), "it waits instead of failing at once")
+	clk.Advance(5 * time.Second)
+	err := <-done
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, ErrRateLimited), "at the longest queue wait, a turn still 25s away fails: %v", err)
 }
