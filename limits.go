@@ -39,10 +39,13 @@ func WithRateLimitBurst(d time.Duration) Option {
 }
 
 // WithMaxQueueWait bounds how long a request may wait to be admitted (behind
-// a hold, pacing or client-side limits). A request that could not be
-// admitted in time fails at once with ErrRateLimited, without waiting first.
-// The default is the WithMaxRetryAfter limit (60s); the request context's
-// deadline always applies too.
+// a hold, pacing, client-side limits or an open circuit breaker). A request
+// that surely cannot be admitted in time fails at once, without waiting
+// first: with ErrRateLimited, or ErrCircuitOpen for the breaker. A turn that
+// is only projected by a pace still being learned is waited for up to the
+// limit instead, since the pace may yet bring it forward. The default is the
+// WithMaxRetryAfter limit (60s); the request context's deadline always
+// applies too.
 func WithMaxQueueWait(d time.Duration) Option {
 	return Option{func(c *config) { c.maxQueueWait = maxDuration(d, 0) }}
 }

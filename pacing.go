@@ -353,7 +353,9 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if until := now.Add(hold); until.After(u.heldUntil) {
 			u.heldUntil = until
 		}
-		u.throttled(now)
+	}
+	if throttled {
+		u.throttled(now) // with or without a Retry-After: the pace was too fast
 	}
 	if limits.Known() {
 		u.learnLocked(now, limits, p.sent)

@@ -609,3 +609,13 @@ func TestAProjectedTurnStillPastTheQueueLimitFailsAtTheLimit(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, ErrRateLimited), "at the longest queue wait, a turn still 25s away fails: %v", err)
 }
+
+func TestA429WithoutRetryAfterStillSlowsThePace(t *testing.T) {
+	u := &upstream{phase: open}
+	now := testStart
+	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(10, 9, "10ms"), now), 0, false, true)
+	require.InDelta(t, 100, u.rate, 1e-9)
+	pass{u: u}.observe(now, RateLimits{}, 0, true, true) // a 429 naming no wait
+	assert.InDelta(t, 100*rateBackoff, u.rate, 1e-9, "the learned rate was too high")
+	assert.True(t, u.heldUntil.IsZero(), "but nothing says how long to hold")
+}

@@ -128,8 +128,10 @@ func WithBackoffMultiplier(f float64) Option {
 
 // WithJitter sets the most random time added to each computed wait, drawn
 // uniformly from [0, max) afresh each time. The default is 1s; 0 adds none.
-// With FullJitter or DecorrelatedJitter the randomness comes from the
-// strategy itself and this value is not used.
+// With FullJitter or DecorrelatedJitter the backoff's randomness comes from
+// the strategy itself and this value is not added to it; it is still added
+// to a wait the server asked for (Retry-After), and spreads the requests
+// released together after a hold, so that they do not return as a herd.
 func WithJitter(max time.Duration) Option {
 	return Option{func(c *config) { c.jitter = maxDuration(max, 0) }}
 }
