@@ -54,34 +54,19 @@ func (c *call) schedule(u *upstream) (pass, error) {
 	now := c.t.cfg.clock.Now()
 	t, w, p := u.schedule(now, c.policy.jitter)
 	if w != nil {
-		// Queued behind the probe: t is only the ramp's latest time, not
-		// a wait the server asked for. The probe's answer gives the turn.
-		t = turn{at: now}
-	}
-	var booked reservation
-	var limitAt time.Time // when the client-side limits let this attempt go
-	if q := c.t.cfg.quota; q != nil {
-		limitAt, booked = c.takeShared(q, u, now, t.at)
-	} else if u.limits != nil {
-		var in, out int
-		if u.limits.countsTokens() {
-			in, out = c.tokens() // only then: estimating reads the body
-		}
-		limitAt, booked = u.limits.reserve(now, in, out)
-	}
-	if err := c.admissible(now, later(t.firmAt(), limitAt)); err != nil {
-		booked.cancel(now)
-		if w != nil {
-			u.claim(w)
-		}
-		return pass{}, err
-	}
-	if w != nil {
+		// Queued behind the probe: its answer gives the turn. The
+		// client-side limits are booked after it, so that slots passing
+		// while the probe is out do not send the queue as one burst.
 		var err error
 		if t, p, err = c.awaitProbe(u, w); err != nil {
-			booked.cancel(now)
 			return pass{}, err
 		}
+		now = c.t.cfg.clock.Now()
+	}
+	limitAt, booked := c.bookLimits(u, now, t.at) // when the client-side limits let this attempt go
+	if err := c.admissible(now, later(t.firmAt(), limitAt)); err != nil {
+		booked.cancel(now)
+		return pass{}, err
 	}
 	if err := c.awaitTurn(u, t, limitAt); err != nil {
 		booked.cancel(c.t.cfg.clock.Now())
@@ -89,6 +74,22 @@ func (c *call) schedule(u *upstream) (pass, error) {
 	}
 	u.dispatch(&p)
 	return p, nil
+}
+
+// bookLimits books the attempt on the client-side limits, shared or local,
+// and returns when they let it go; zero without limits.
+func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (time.Time, reservation) {
+	if q := c.t.cfg.quota; q != nil {
+		return c.takeShared(q, u, now, turnAt)
+	}
+	if u.limits == nil {
+		return time.Time{}, nil
+	}
+	var in, out int
+	if u.limits.countsTokens() {
+		in, out = c.tokens() // only then: estimating reads the body
+	}
+	return u.limits.reserve(now, in, out)
 }
 
 // awaitTurn waits until the turn comes and the client-side limits allow the
