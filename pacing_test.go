@@ -554,22 +554,25 @@ func TestOnlyAStatedPaceIsFirm(t *testing.T) {
 	assert.Equal(t, tn.at, tn.firmAt())
 }
 
-func TestAProjectedTurnIsWaitedForAndMovesWithThePace(t *testing.T) {
+// waitForProjectedTurn books the 31st turn on an upstream paced at a
+// cautious guess of 1/s (so projected 30s away, not firm) and starts a
+// request waiting for it, with 5s of queue wait allowed. It returns the
+// clock, the upstream and where the wait's outcome arrives.
+func waitForProjectedTurn(t *testing.T) (*fakeclock.Clock, *upstream, chan error) {
+	t.Helper()
 	clk := fakeclock.New(time.Now()) // the deadline's context runs on the real clock
-	rt := New(sequence(step{status: 200}), WithClock(clk))
+	rt := New(sequence(step{status: 200}), WithClock(clk), WithMaxQueueWait(5*time.Second))
 	u := &upstream{phase: open, capacity: 1}
-	u.setPaceLocked(clk.Now(), time.Second) // a cautious guess: 1/s
+	u.setPaceLocked(clk.Now(), time.Second)
 	for i := 0; i < 30; i++ {
 		u.schedule(clk.Now(), 0)
 	}
-	tn, _, _ := u.schedule(clk.Now(), 0) // projected 30s away
+	tn, _, _ := u.schedule(clk.Now(), 0)
 	require.False(t, tn.firm)
-
 	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(time.Minute))
-	defer cancel()
+	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.test/v1", nil)
 	c := &call{t: rt, req: req, ctx: ctx, policy: &rt.cfg.policy}
-	rt.cfg.policy.maxQueueWait = 5 * time.Second
 	done := make(chan error, 1)
 	go func() { done <- c.awaitTurn(u, tn, time.Time{}) }()
 	require.True(t, clk.WaitForTimers(1, 5*time.Second), "it waits instead of failing at once")
@@ -578,32 +581,22 @@ func TestAProjectedTurnIsWaitedForAndMovesWithThePace(t *testing.T) {
 		t.Fatalf("refused at once: %v", err)
 	default:
 	}
+	return clk, u, done
+}
+
+func TestAProjectedTurnIsWaitedForAndMovesWithThePace(t *testing.T) {
+	clk, u, done := waitForProjectedTurn(t)
 	u.mu.Lock()
 	u.setPaceLocked(clk.Now(), 100*time.Millisecond) // a reading: 10/s
 	u.mu.Unlock()
 	// Woken by the quicker pace, it now waits for its turn 3.1s away.
 	require.Eventually(t, func() bool { return clk.Pending() == 1 && len(done) == 0 }, 5*time.Second, time.Millisecond)
 	clk.Advance(3100 * time.Millisecond)
-	require.NoError(t, <-done, "its turn came within the deadline")
+	require.NoError(t, <-done, "its turn came within the queue wait")
 }
 
 func TestAProjectedTurnStillPastTheQueueLimitFailsAtTheLimit(t *testing.T) {
-	clk := fakeclock.New(time.Now()) // the deadline's context runs on the real clock
-	rt := New(sequence(step{status: 200}), WithClock(clk))
-	u := &upstream{phase: open, capacity: 1}
-	u.setPaceLocked(clk.Now(), time.Second)
-	for i := 0; i < 30; i++ {
-		u.schedule(clk.Now(), 0)
-	}
-	tn, _, _ := u.schedule(clk.Now(), 0)
-	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(time.Minute))
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.test/v1", nil)
-	c := &call{t: rt, req: req, ctx: ctx, policy: &rt.cfg.policy}
-	rt.cfg.policy.maxQueueWait = 5 * time.Second
-	done := make(chan error, 1)
-	go func() { done <- c.awaitTurn(u, tn, time.Time{}) }()
-	require.True(t, clk.WaitForTimers(1, 5*time.Second), "it waits instead of failing at once")
+	clk, _, done := waitForProjectedTurn(t)
 	clk.Advance(5 * time.Second)
 	err := <-done
 	require.Error(t, err)
