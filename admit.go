@@ -37,11 +37,13 @@ func (c *call) admit() (admission, error) {
 	if !u.breaker.lets() {
 		var err error
 		if a.probe, err = c.awaitBreaker(u); err != nil {
+			a.pass.abandon(t.cfg.clock.Now())
 			return admission{}, err
 		}
 	}
 	if err := t.slots.acquire(c.ctx); err != nil {
 		u.breaker.abandon(a.probe)
+		a.pass.abandon(t.cfg.clock.Now())
 		return admission{}, err
 	}
 	a.hasSlot = t.slots != nil
@@ -50,9 +52,16 @@ func (c *call) admit() (admission, error) {
 
 // schedule waits for the attempt's turn on an upstream that is held, paced,
 // limited or still probing.
-func (c *call) schedule(u *upstream) (pass, error) {
+func (c *call) schedule(u *upstream) (_ pass, err error) {
 	now := c.t.cfg.clock.Now()
 	t, w, p := u.schedule(now, c.policy.jitter)
+	if p.probe {
+		defer func() {
+			if err != nil {
+				p.abandon(c.t.cfg.clock.Now())
+			}
+		}()
+	}
 	if w != nil {
 		// Queued behind the probe: its answer gives the turn. The
 		// client-side limits are booked after it, so that slots passing

@@ -334,6 +334,19 @@ func (u *upstream) openLocked(now time.Time) {
 	u.waiters = nil
 }
 
+// abandon ends slow start when the probe will not be sent after all (its
+// caller gave up, or could not be admitted): the requests queued behind it
+// get their turns now, as when the probe takes too long, instead of waiting
+// for an answer that will never come.
+func (p pass) abandon(now time.Time) {
+	if !p.probe || p.u == nil {
+		return
+	}
+	p.u.mu.Lock()
+	p.u.openLocked(now)
+	p.u.mu.Unlock()
+}
+
 // observe learns from one attempt's outcome: limits from its headers, a hold
 // from a 429 or Retry-After. limits may be the zero value. held is the hold
 // it put in force or moved later (zero if none), for a QuotaBackend to share.

@@ -612,3 +612,19 @@ func TestA429WithoutRetryAfterStillSlowsThePace(t *testing.T) {
 	assert.InDelta(t, 100*rateBackoff, u.rate, 1e-9, "the learned rate was too high")
 	assert.True(t, u.heldUntil.IsZero(), "but nothing says how long to hold")
 }
+
+func TestAnAbandonedProbeReleasesTheQueueBehindIt(t *testing.T) {
+	u := &upstream{}
+	now := testStart
+	_, _, probe := u.schedule(now, 0)
+	require.True(t, probe.probe)
+	_, w, _ := u.schedule(now, 0)
+	require.NotNil(t, w, "queued behind the probe")
+	probe.abandon(now.Add(10 * time.Millisecond))
+	select {
+	case <-w.released:
+	default:
+		t.Fatal("the queue still waits for an answer that will never come")
+	}
+	assert.Equal(t, now.Add(10*time.Millisecond), u.claim(w).at, "its turn is now")
+}
