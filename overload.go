@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -155,6 +156,6 @@ func (t *RetryTransport) breakerChanged(u *upstream, from, to BreakerState) {
 	case BreakerClosed:
 		level = slog.LevelInfo
 	}
-	l.LogAttrs(nil, level, "retryhttp: circuit breaker "+to.String(),
+	l.LogAttrs(context.Background(), level, "retryhttp: circuit breaker "+to.String(),
 		slog.String("upstream", u.key.String()), slog.String("from", from.String()))
 }

@@ -40,7 +40,7 @@ type takeCall struct {
 	maxWait       time.Duration
 	key           string
 	takes         []QuotaTake
-	now, latest   time.Time
+	now           time.Time
 	start         time.Time
 	bookedNothing bool
 }

@@ -389,7 +389,7 @@ func TestWithTokens(t *testing.T) {
 	ctx := context.Background()
 	_, _, ok := tokensFromContext(ctx)
 	assert.False(t, ok)
-	//nolint:staticcheck // a nil context must not panic the limiter
+	//lint:ignore SA1012 a nil context must not panic the limiter
 	_, _, ok = tokensFromContext(nil)
 	assert.False(t, ok)
 

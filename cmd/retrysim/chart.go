@@ -58,11 +58,10 @@ const (
 
 // panel is one run binned for drawing.
 type panel struct {
-	title, stats string
-	bins         int
-	binW         time.Duration
-	rates        [numKinds][]float64 // attempts answered per second, by bin
-	waiting      []float64           // mean requests waiting, by bin
+	bins    int
+	binW    time.Duration
+	rates   [numKinds][]float64 // attempts answered per second, by bin
+	waiting []float64           // mean requests waiting, by bin
 }
 
 // binRun puts run r's attempts and waits into bins of width binW from its
