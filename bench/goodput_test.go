@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -147,7 +146,7 @@ func runGoodput(b *testing.B, family retrytest.Family, wrap func(http.RoundTripp
 		base := cleanhttp.DefaultPooledTransport()
 		client := &http.Client{Transport: wrap(base)}
 		b.StartTimer()
-		r := goodputScenario(client, p.URL+"/v1/chat/completions")
+		r := runClosedLoop(client, p.URL+"/v1/chat/completions", goodputWorkers, goodputPerWorker, goodputReqTimeout, goodputRunTimeout)
 		b.StopTimer()
 		base.CloseIdleConnections()
 		p.Close()
@@ -175,46 +174,6 @@ func runGoodput(b *testing.B, family retrytest.Family, wrap func(http.RoundTripp
 	if len(reasons) > 0 {
 		b.Logf("failures over %d run(s): %s", b.N, summarize(reasons))
 	}
-}
-
-// scenarioResult is what the callers saw in one scenario.
-type scenarioResult struct {
-	wall    time.Duration
-	failed  int
-	reasons map[string]int // failure reason → count
-}
-
-// goodputScenario sends goodputRequests requests to url through client from
-// goodputWorkers goroutines that start together, each sending its share one
-// after another, and returns when all have finished. It is bounded by
-// goodputRunTimeout whatever the client does.
-func goodputScenario(client *http.Client, url string) scenarioResult {
-	ctx, cancel := context.WithTimeout(context.Background(), goodputRunTimeout)
-	defer cancel()
-	res := scenarioResult{reasons: map[string]int{}}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for w := 0; w < goodputWorkers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			<-start
-			for k := 0; k < goodputPerWorker; k++ {
-				if reason := goodputRequest(ctx, client, url, w*goodputPerWorker+k); reason != "" {
-					mu.Lock()
-					res.failed++
-					res.reasons[reason]++
-					mu.Unlock()
-				}
-			}
-		}(w)
-	}
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	res.wall = time.Since(t0)
-	return res
 }
 
 // goodputRequest sends one logical request and reads its answer to the end,
