@@ -18,28 +18,11 @@ import (
 	"github.com/retryhttp/retryhttp/retrytest"
 )
 
-// sdkAttemptHeader is the header in which the SDK numbers its own attempts
-// ("0" for the first). The provider groups arrivals by it, so a test sees
-// whether the repeats came from retryhttp (all under "0") or from the SDK.
-const sdkAttemptHeader = "X-Stainless-Retry-Count"
-
 const testModel = "retrytest-model"
 
 // TestMain fails the package if a test leaves goroutines behind: a retry
 // loop or a response body that outlives its call would show up here.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// provider starts a retrytest server on loopback as cfg says, on clk.
-func provider(t *testing.T, clk *sdktest.Clock, cfg retrytest.Config) *retrytest.Server {
-	t.Helper()
-	cfg.Family = retrytest.Anthropic
-	cfg.Now = clk.Now
-	cfg.RequestIDHeader = sdkAttemptHeader
-	cfg.MaxAttempts = 20 // a fuse against a runaway retry loop
-	srv := retrytest.NewServer(cfg)
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 // testClient is newClient against srv, on clk, with waits that the fake
 // clock passes at once and the smallest backoff.
@@ -63,37 +46,11 @@ func askOK(t *testing.T, client anthropic.Client) {
 	}
 }
 
-// sdkCall checks that the provider saw one SDK attempt (header "0", none
-// with "1") answered with want, in that order.
-func sdkCall(t *testing.T, st retrytest.Stats, want ...int) {
-	t.Helper()
-	if got := st.Requests["0"].Statuses; !reflect.DeepEqual(got, want) {
-		t.Errorf("SDK attempt 0 was answered %v, want %v", got, want)
-	}
-	if n := len(st.Requests) - 1; n != 0 {
-		t.Errorf("the SDK retried on its own (%d more attempt ids: %v); WithMaxRetries(0) should stop it", n, st.Requests)
-	}
-}
-
-// sameBody checks that the arrivals from index from on all carried the same,
-// non-empty body.
-func sameBody(t *testing.T, st retrytest.Stats, from int) {
-	t.Helper()
-	hashes := st.BodySHA256[from:]
-	if n := (retrytest.Stats{BodySHA256: hashes}).DistinctBodies(); n != 1 {
-		t.Errorf("the attempts carried %d different bodies, want 1: %v", n, hashes)
-	}
-	const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-	if len(hashes) > 0 && hashes[0] == emptySHA256 {
-		t.Error("the attempts carried an empty body")
-	}
-}
-
 // A 529 overloaded_error is retried by retryhttp beneath the SDK: the call
 // succeeds, the provider saw exactly two attempts, both the SDK's first.
 func TestOverloadedThenSuccess(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("529, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.Anthropic, retrytest.Config{Script: retrytest.MustParseScript("529, 200")})
 
 	askOK(t, testClient(srv, clk))
 
@@ -101,8 +58,8 @@ func TestOverloadedThenSuccess(t *testing.T) {
 	if st.Attempts != 2 {
 		t.Errorf("the provider saw %d attempts, want 2", st.Attempts)
 	}
-	sdkCall(t, st, 529, 200)
-	sameBody(t, st, 0)
+	sdktest.SDKCall(t, st, 529, 200)
+	sdktest.SameBody(t, st, 0)
 	if got, want := clk.Sleeps(), []time.Duration{time.Millisecond}; !reflect.DeepEqual(got, want) {
 		t.Errorf("waits %v, want %v (one backoff)", got, want)
 	}
@@ -112,7 +69,7 @@ func TestOverloadedThenSuccess(t *testing.T) {
 // as long as the provider asked before the retry, and the call succeeds.
 func TestRateLimitedWaitsForRetryAfter(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{RateLimit: retrytest.RateLimit{Rate: 1, Burst: 1}})
+	srv := sdktest.Provider(t, clk, retrytest.Anthropic, retrytest.Config{RateLimit: retrytest.RateLimit{Rate: 1, Burst: 1}})
 
 	// Another client spends the quota, then is refused: its 429 shows what
 	// the SDK's first attempt will meet.
@@ -138,8 +95,8 @@ func TestRateLimitedWaitsForRetryAfter(t *testing.T) {
 	if st.Attempts != 4 {
 		t.Errorf("the provider saw %d attempts, want 4 (2 from the other client, 2 from the SDK call)", st.Attempts)
 	}
-	sdkCall(t, st, 429, 200)
-	sameBody(t, st, 2)
+	sdktest.SDKCall(t, st, 429, 200)
+	sdktest.SameBody(t, st, 2)
 	if gap := st.Arrivals[3] - st.Arrivals[2]; gap < time.Second {
 		t.Errorf("the retry came %v after the 429, earlier than its retry-after of 1s", gap)
 	}
@@ -149,7 +106,7 @@ func TestRateLimitedWaitsForRetryAfter(t *testing.T) {
 // until the reset the headers name, so it never meets a 429.
 func TestRateLimitHeadersPaceTheNextCall(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{RateLimit: retrytest.RateLimit{Rate: 1, Burst: 1}})
+	srv := sdktest.Provider(t, clk, retrytest.Anthropic, retrytest.Config{RateLimit: retrytest.RateLimit{Rate: 1, Burst: 1}})
 	client := testClient(srv, clk)
 
 	askOK(t, client)
@@ -168,7 +125,7 @@ func TestRateLimitHeadersPaceTheNextCall(t *testing.T) {
 // SDK's own typed error after exactly one attempt, and nothing waited.
 func TestBadRequestIsTheSDKsErrorAfterOneAttempt(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("400, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.Anthropic, retrytest.Config{Script: retrytest.MustParseScript("400, 200")})
 
 	_, err := ask(context.Background(), testClient(srv, clk), testModel, "hello")
 
@@ -186,7 +143,7 @@ func TestBadRequestIsTheSDKsErrorAfterOneAttempt(t *testing.T) {
 	if st.Attempts != 1 {
 		t.Errorf("the provider saw %d attempts, want exactly 1", st.Attempts)
 	}
-	sdkCall(t, st, 400)
+	sdktest.SDKCall(t, st, 400)
 	if s := clk.Sleeps(); len(s) != 0 {
 		t.Errorf("waited %v before failing, want no wait", s)
 	}
@@ -196,7 +153,7 @@ func TestBadRequestIsTheSDKsErrorAfterOneAttempt(t *testing.T) {
 // its body intact, as the SDK's overloaded_error.
 func TestOverloadOutlastingRetriesIsTheSDKsError(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("529*3, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.Anthropic, retrytest.Config{Script: retrytest.MustParseScript("529*3, 200")})
 
 	_, err := ask(context.Background(), testClient(srv, clk, retryhttp.WithMaxRetries(2)), testModel, "hello")
 
@@ -211,18 +168,18 @@ func TestOverloadOutlastingRetriesIsTheSDKsError(t *testing.T) {
 	if st.Attempts != 3 {
 		t.Errorf("the provider saw %d attempts, want 3 (1 + WithMaxRetries(2))", st.Attempts)
 	}
-	sdkCall(t, st, 529, 529, 529)
-	sameBody(t, st, 0)
+	sdktest.SDKCall(t, st, 529, 529, 529)
+	sdktest.SameBody(t, st, 0)
 }
 
 // The program prints the answer after retrying a 529.
 func TestRunPrintsTheAnswer(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("529, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.Anthropic, retrytest.Config{Script: retrytest.MustParseScript("529, 200")})
 	env := map[string]string{"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": srv.URL}
 	var stdout, stderr bytes.Buffer
 
-	code := run(context.Background(), []string{"hello"}, getenv(env), &stdout, &stderr, retryhttp.WithClock(clk))
+	code := run(context.Background(), []string{"hello"}, sdktest.Getenv(env), &stdout, &stderr, retryhttp.WithClock(clk))
 
 	if code != 0 || stdout.String() != "ok\n" {
 		t.Errorf("run = %d with stdout %q, want 0 and \"ok\\n\"; stderr:\n%s", code, stdout.String(), stderr.String())
@@ -235,11 +192,11 @@ func TestRunPrintsTheAnswer(t *testing.T) {
 // The program reports an API error and exits 1.
 func TestRunReportsAnAPIError(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("400")})
+	srv := sdktest.Provider(t, clk, retrytest.Anthropic, retrytest.Config{Script: retrytest.MustParseScript("400")})
 	env := map[string]string{"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": srv.URL}
 	var stdout, stderr bytes.Buffer
 
-	code := run(context.Background(), nil, getenv(env), &stdout, &stderr, retryhttp.WithClock(clk))
+	code := run(context.Background(), nil, sdktest.Getenv(env), &stdout, &stderr, retryhttp.WithClock(clk))
 
 	if code != 1 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "400 (invalid_request_error)") {
 		t.Errorf("run = %d, stdout %q, stderr %q; want 1, nothing, and the API's error", code, stdout.String(), stderr.String())
@@ -250,14 +207,10 @@ func TestRunReportsAnAPIError(t *testing.T) {
 // it makes a client, so no request can leave for the real API.
 func TestRunWithoutAKey(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), nil, getenv(nil), &stdout, &stderr)
+	code := run(context.Background(), nil, sdktest.Getenv(nil), &stdout, &stderr)
 	if code != 0 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "ANTHROPIC_API_KEY is not set") {
 		t.Errorf("run = %d, stdout %q, stderr %q; want 0, nothing, and a message naming ANTHROPIC_API_KEY", code, stdout.String(), stderr.String())
 	}
-}
-
-func getenv(env map[string]string) func(string) string {
-	return func(k string) string { return env[k] }
 }
 
 // post sends a request to srv as another client would, without retryhttp,

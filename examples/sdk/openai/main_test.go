@@ -18,28 +18,11 @@ import (
 	"github.com/retryhttp/retryhttp/retrytest"
 )
 
-// sdkAttemptHeader is the header in which the SDK numbers its own attempts
-// ("0" for the first). The provider groups arrivals by it, so a test sees
-// whether the repeats came from retryhttp (all under "0") or from the SDK.
-const sdkAttemptHeader = "X-Stainless-Retry-Count"
-
 const testModel = "retrytest-model"
 
 // TestMain fails the package if a test leaves goroutines behind: a retry
 // loop or a response body that outlives its call would show up here.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// provider starts a retrytest server on loopback as cfg says, on clk.
-func provider(t *testing.T, clk *sdktest.Clock, cfg retrytest.Config) *retrytest.Server {
-	t.Helper()
-	cfg.Family = retrytest.OpenAI
-	cfg.Now = clk.Now
-	cfg.RequestIDHeader = sdkAttemptHeader
-	cfg.MaxAttempts = 20 // a fuse against a runaway retry loop
-	srv := retrytest.NewServer(cfg)
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 // testClient is newClient against srv, on clk, with waits that the fake
 // clock passes at once and the smallest backoff.
@@ -63,38 +46,12 @@ func askOK(t *testing.T, client openai.Client) {
 	}
 }
 
-// sdkCall checks that the provider saw one SDK attempt (header "0", none
-// with "1") answered with want, in that order.
-func sdkCall(t *testing.T, st retrytest.Stats, want ...int) {
-	t.Helper()
-	if got := st.Requests["0"].Statuses; !reflect.DeepEqual(got, want) {
-		t.Errorf("SDK attempt 0 was answered %v, want %v", got, want)
-	}
-	if n := len(st.Requests) - 1; n != 0 {
-		t.Errorf("the SDK retried on its own (%d more attempt ids: %v); WithMaxRetries(0) should stop it", n, st.Requests)
-	}
-}
-
-// sameBody checks that the arrivals from index from on all carried the same,
-// non-empty body.
-func sameBody(t *testing.T, st retrytest.Stats, from int) {
-	t.Helper()
-	hashes := st.BodySHA256[from:]
-	if n := (retrytest.Stats{BodySHA256: hashes}).DistinctBodies(); n != 1 {
-		t.Errorf("the attempts carried %d different bodies, want 1: %v", n, hashes)
-	}
-	const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-	if len(hashes) > 0 && hashes[0] == emptySHA256 {
-		t.Error("the attempts carried an empty body")
-	}
-}
-
 // A 429 with x-ratelimit-* headers and only retry-after-ms to say when:
 // retryhttp reads it, waits that long, and the call succeeds on its second
 // attempt.
 func TestRateLimitedWaitsForRetryAfterMs(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{
 		RateLimit:  retrytest.RateLimit{Rate: 50, Burst: 1}, // one request per 20ms
 		RetryAfter: retrytest.RetryAfterMillis,
 	})
@@ -124,8 +81,8 @@ func TestRateLimitedWaitsForRetryAfterMs(t *testing.T) {
 	if st.Attempts != 4 {
 		t.Errorf("the provider saw %d attempts, want 4 (2 from the other client, 2 from the SDK call)", st.Attempts)
 	}
-	sdkCall(t, st, 429, 200)
-	sameBody(t, st, 2)
+	sdktest.SDKCall(t, st, 429, 200)
+	sdktest.SameBody(t, st, 2)
 	if gap := st.Arrivals[3] - st.Arrivals[2]; gap < 20*time.Millisecond {
 		t.Errorf("the retry came %v after the 429, earlier than its retry-after-ms of 20", gap)
 	}
@@ -135,7 +92,7 @@ func TestRateLimitedWaitsForRetryAfterMs(t *testing.T) {
 // than the backoff: the retry waits for it, so retryhttp read the header.
 func TestRetryAfterMsAloneSetsTheWait(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{
 		RetryAfter: retrytest.RetryAfterMillis,
 		Script:     retrytest.MustParseScript("429@250ms, 200"),
 	})
@@ -143,8 +100,8 @@ func TestRetryAfterMsAloneSetsTheWait(t *testing.T) {
 	askOK(t, testClient(srv, clk))
 
 	st := srv.Stats()
-	sdkCall(t, st, 429, 200)
-	sameBody(t, st, 0)
+	sdktest.SDKCall(t, st, 429, 200)
+	sdktest.SameBody(t, st, 0)
 	if gap := st.Arrivals[1] - st.Arrivals[0]; gap < 250*time.Millisecond {
 		t.Errorf("the retry came %v after the 429, earlier than its retry-after-ms of 250", gap)
 	}
@@ -154,7 +111,7 @@ func TestRetryAfterMsAloneSetsTheWait(t *testing.T) {
 // until the reset the headers name, so it never meets a 429.
 func TestRateLimitHeadersPaceTheNextCall(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{RateLimit: retrytest.RateLimit{Rate: 50, Burst: 1}})
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{RateLimit: retrytest.RateLimit{Rate: 50, Burst: 1}})
 	client := testClient(srv, clk)
 
 	askOK(t, client)
@@ -173,7 +130,7 @@ func TestRateLimitHeadersPaceTheNextCall(t *testing.T) {
 // the SDK; the call succeeds on the third attempt with the same body.
 func TestServerErrorsThenSuccess(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("503, 500, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{Script: retrytest.MustParseScript("503, 500, 200")})
 
 	askOK(t, testClient(srv, clk))
 
@@ -181,8 +138,8 @@ func TestServerErrorsThenSuccess(t *testing.T) {
 	if st.Attempts != 3 {
 		t.Errorf("the provider saw %d attempts, want 3", st.Attempts)
 	}
-	sdkCall(t, st, 503, 500, 200)
-	sameBody(t, st, 0)
+	sdktest.SDKCall(t, st, 503, 500, 200)
+	sdktest.SameBody(t, st, 0)
 	if got, want := clk.Sleeps(), []time.Duration{time.Millisecond, time.Millisecond}; !reflect.DeepEqual(got, want) {
 		t.Errorf("waits %v, want %v (two backoffs)", got, want)
 	}
@@ -192,7 +149,7 @@ func TestServerErrorsThenSuccess(t *testing.T) {
 // after exactly one attempt, and nothing waited.
 func TestBadRequestIsTheSDKsErrorAfterOneAttempt(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("400, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{Script: retrytest.MustParseScript("400, 200")})
 
 	_, err := ask(context.Background(), testClient(srv, clk), testModel, "hello")
 
@@ -207,7 +164,7 @@ func TestBadRequestIsTheSDKsErrorAfterOneAttempt(t *testing.T) {
 	if st.Attempts != 1 {
 		t.Errorf("the provider saw %d attempts, want exactly 1", st.Attempts)
 	}
-	sdkCall(t, st, 400)
+	sdktest.SDKCall(t, st, 400)
 	if s := clk.Sleeps(); len(s) != 0 {
 		t.Errorf("waited %v before failing, want no wait", s)
 	}
@@ -217,7 +174,7 @@ func TestBadRequestIsTheSDKsErrorAfterOneAttempt(t *testing.T) {
 // makes it pass, so it reaches the SDK after one attempt.
 func TestInsufficientQuotaIsNotRetried(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("429:insufficient_quota, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{Script: retrytest.MustParseScript("429:insufficient_quota, 200")})
 
 	_, err := ask(context.Background(), testClient(srv, clk), testModel, "hello")
 
@@ -237,7 +194,7 @@ func TestInsufficientQuotaIsNotRetried(t *testing.T) {
 // its body intact, as the SDK's error.
 func TestOutageOutlastingRetriesIsTheSDKsError(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("503*3, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{Script: retrytest.MustParseScript("503*3, 200")})
 
 	_, err := ask(context.Background(), testClient(srv, clk, retryhttp.WithMaxRetries(2)), testModel, "hello")
 
@@ -252,18 +209,18 @@ func TestOutageOutlastingRetriesIsTheSDKsError(t *testing.T) {
 	if st.Attempts != 3 {
 		t.Errorf("the provider saw %d attempts, want 3 (1 + WithMaxRetries(2))", st.Attempts)
 	}
-	sdkCall(t, st, 503, 503, 503)
-	sameBody(t, st, 0)
+	sdktest.SDKCall(t, st, 503, 503, 503)
+	sdktest.SameBody(t, st, 0)
 }
 
 // The program prints the answer after retrying a 503.
 func TestRunPrintsTheAnswer(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("503, 200")})
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{Script: retrytest.MustParseScript("503, 200")})
 	env := map[string]string{"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": srv.URL + "/v1"}
 	var stdout, stderr bytes.Buffer
 
-	code := run(context.Background(), []string{"hello"}, getenv(env), &stdout, &stderr, retryhttp.WithClock(clk))
+	code := run(context.Background(), []string{"hello"}, sdktest.Getenv(env), &stdout, &stderr, retryhttp.WithClock(clk))
 
 	if code != 0 || stdout.String() != "ok\n" {
 		t.Errorf("run = %d with stdout %q, want 0 and \"ok\\n\"; stderr:\n%s", code, stdout.String(), stderr.String())
@@ -276,11 +233,11 @@ func TestRunPrintsTheAnswer(t *testing.T) {
 // The program reports an API error and exits 1.
 func TestRunReportsAnAPIError(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
-	srv := provider(t, clk, retrytest.Config{Script: retrytest.MustParseScript("400")})
+	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{Script: retrytest.MustParseScript("400")})
 	env := map[string]string{"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": srv.URL + "/v1"}
 	var stdout, stderr bytes.Buffer
 
-	code := run(context.Background(), nil, getenv(env), &stdout, &stderr, retryhttp.WithClock(clk))
+	code := run(context.Background(), nil, sdktest.Getenv(env), &stdout, &stderr, retryhttp.WithClock(clk))
 
 	if code != 1 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "400 (invalid_request_error)") {
 		t.Errorf("run = %d, stdout %q, stderr %q; want 1, nothing, and the API's error", code, stdout.String(), stderr.String())
@@ -291,14 +248,10 @@ func TestRunReportsAnAPIError(t *testing.T) {
 // it makes a client, so no request can leave for the real API.
 func TestRunWithoutAKey(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), nil, getenv(nil), &stdout, &stderr)
+	code := run(context.Background(), nil, sdktest.Getenv(nil), &stdout, &stderr)
 	if code != 0 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "OPENAI_API_KEY is not set") {
 		t.Errorf("run = %d, stdout %q, stderr %q; want 0, nothing, and a message naming OPENAI_API_KEY", code, stdout.String(), stderr.String())
 	}
-}
-
-func getenv(env map[string]string) func(string) string {
-	return func(k string) string { return env[k] }
 }
 
 // post sends a request to srv as another client would, without retryhttp,

@@ -1,10 +1,10 @@
 // Package sdktest holds what the tests of the SDK examples share: a clock on
 // which every wait passes at once, for the retrying transport and the fake
-// provider alike.
+// provider alike, and the provider and checks both tests use.
 //
-// It is written against retryhttp.Clock's method set, which uses only
-// standard types, so it needs no import of retryhttp: a user's own tests can
-// copy it as it is.
+// The clock is written against retryhttp.Clock's method set, which uses
+// only standard types, so it needs no import of retryhttp: a user's own
+// tests can copy it as it is.
 package sdktest
 
 import (
