@@ -36,11 +36,48 @@ const maxServerWait = 100 * 365 * 24 * time.Hour
 // ("1.5s", "484289h") is accepted. Negative, fractional or garbage values are
 // ignored (ok is false). Waits are capped at 100 years, so a huge value is
 // simply longer than any limit and never overflows.
+//
+// An HTTP-date or a timestamp is on the server's clock, which may be seconds
+// off the client's: it is read against the response's Date header (the
+// server's now, see ServerNow), so the wait survives the skew. Both are whole
+// seconds, so such a wait is good to about a second either way.
 func ParseRetryAfter(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	if d, ok := parseRetryAfterMs(h.Get("Retry-After-Ms")); ok {
 		return d, true
 	}
-	return parseRetryAfterValue(h.Get("Retry-After"), now)
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	if !isDigits(strings.TrimSpace(v)) || len(strings.TrimSpace(v)) >= 10 {
+		now = ServerNow(h, now) // a date or a timestamp: on the server's clock
+	}
+	return parseRetryAfterValue(v, now)
+}
+
+// maxClockSkew is the largest difference between a response's Date and the
+// local clock that is taken for skew; a Date further off is a broken header,
+// and the local clock is used instead.
+const maxClockSkew = 24 * time.Hour
+
+// ServerNow returns the server's now as the Date header of h gives it, or
+// local when h has no Date, an unreadable one, or one more than a day from
+// local (a broken header, not a clock). Absolute times a server sends
+// (rate-limit resets, Retry-After dates) are on that clock: their distance
+// from it, applied to local, is what survives a skew between the two.
+func ServerNow(h http.Header, local time.Time) time.Time {
+	v := h.Get("Date")
+	if v == "" {
+		return local
+	}
+	d, err := http.ParseTime(v)
+	if err != nil {
+		return local
+	}
+	if skew := d.Sub(local); skew > maxClockSkew || skew < -maxClockSkew {
+		return local
+	}
+	return d
 }
 
 func parseRetryAfterMs(v string) (time.Duration, bool) {
@@ -257,11 +294,36 @@ func requestID(h http.Header) string {
 // Replenishing is that of the family that supplied Requests (or, without
 // Requests, the first dimension known): true for Anthropic and OpenAI, whose
 // quotas are token buckets, false for the fixed windows of the others.
+//
+// Absolute resets (RFC 3339, epoch, HTTP-date) are on the server's clock:
+// they are read against the response's Date header (see ServerNow) and the
+// distance applied to now, so a server whose clock is seconds off reports
+// the same resets as one whose clock agrees. Such a reset has whole-second
+// precision, and servers cut it either way (Go's time.Format truncates), so
+// Coarse is set: the reset is evidence to about a second, never exact. One
+// at or before the server's now means now.
 func ParseRateLimits(h http.Header, now time.Time) RateLimits {
 	if !hasRateLimitKey(h) {
 		return RateLimits{}
 	}
-	return parseRateLimits(h, now)
+	server := ServerNow(h, now)
+	l := parseRateLimits(h, server)
+	if skew := now.Sub(server); skew != 0 {
+		l.shift(skew, now)
+	}
+	return l
+}
+
+// shift moves every reset by skew, from the server's clock to the local
+// one; none is before now.
+func (r *RateLimits) shift(skew time.Duration, now time.Time) {
+	for _, d := range dimensions {
+		q := r.Quota(d)
+		if q.Reset.IsZero() {
+			continue
+		}
+		q.Reset = later(q.Reset.Add(skew), now)
+	}
 }
 
 // hasRateLimitKey is the cheap pass every response pays: it only looks at
@@ -362,8 +424,8 @@ func parseRateLimits(h http.Header, now time.Time) RateLimits {
 		}
 	}
 	if c.resetAft != "" {
-		if t, ok := parseResetAt(c.resetAft, now); ok {
-			g.Reset = t
+		if t, coarse, ok := parseResetAt(c.resetAft, now); ok {
+			g.Reset, g.Coarse = t, coarse
 		}
 	}
 	take(Requests, &g, 0, false)
@@ -479,7 +541,7 @@ func (f *rlFields) quota(now time.Time) Quota {
 	}
 	q.Limit, q.HasLimit = parseRateCount(f.limit)
 	q.Remaining, q.HasRemaining = parseRateCount(f.remaining)
-	q.Reset, _ = parseResetAt(f.reset, now)
+	q.Reset, q.Coarse, _ = parseResetAt(f.reset, now)
 	return q
 }
 
@@ -493,7 +555,7 @@ func mergeQuota(a, b Quota) Quota {
 		a.Remaining, a.HasRemaining = b.Remaining, b.HasRemaining
 	}
 	if a.Reset.IsZero() {
-		a.Reset = b.Reset
+		a.Reset, a.Coarse = b.Reset, b.Coarse
 	}
 	return a
 }
@@ -520,26 +582,28 @@ func parseRateCount(v string) (int64, bool) {
 }
 
 // parseResetAt reads a reset time; see ParseRateLimits for the forms.
-func parseResetAt(v string, now time.Time) (time.Time, bool) {
+// coarse reports an absolute time in whole seconds.
+func parseResetAt(v string, now time.Time) (reset time.Time, coarse, ok bool) {
 	v = trimOWS(v)
 	if v == "" {
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	if intPart, frac, ok := splitDecimal(v); ok {
-		return resetFromNumber(intPart, frac, now), true
+		t, absolute := resetFromNumber(intPart, frac, now)
+		return t, absolute && frac == "", true
 	}
 	if d, ok := parseGoDuration(v); ok {
-		return now.Add(d), true
+		return now.Add(d), false, true
 	}
 	if v[0] >= '0' && v[0] <= '9' && len(v) >= len("2006-01-02T15:04:05Z") && v[4] == '-' {
 		if t, err := time.Parse(time.RFC3339, v); err == nil {
-			return clampReset(t, now), true
+			return clampReset(t, now), t.Nanosecond() == 0, true
 		}
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return clampReset(t, now), true
+		return clampReset(t, now), true, true
 	}
-	return time.Time{}, false
+	return time.Time{}, false, false
 }
 
 // splitDecimal splits "123" or "123.45" into its integer digits and its
@@ -552,25 +616,26 @@ func splitDecimal(v string) (intPart, frac string, ok bool) {
 	return intPart, frac, true
 }
 
-// resetFromNumber applies the magnitude rule of ParseRateLimits.
-func resetFromNumber(intPart, frac string, now time.Time) time.Time {
+// resetFromNumber applies the magnitude rule of ParseRateLimits; epochSeconds
+// reports a Unix time in seconds (absolute, and whole unless frac says more).
+func resetFromNumber(intPart, frac string, now time.Time) (reset time.Time, epochSeconds bool) {
 	n, err := strconv.ParseInt(intPart, 10, 64)
 	if err != nil { // more digits than int64: no epoch, a delay beyond any cap
-		return now.Add(maxServerWait)
+		return now.Add(maxServerWait), false
 	}
 	const yearMs = 366 * 24 * 3600 * 1000
 	if n >= 1_000_000_000_000 {
 		if d := n - now.UnixMilli(); d > -yearMs && d < yearMs {
-			return clampReset(time.UnixMilli(n).Add(fracOf(frac, time.Millisecond)), now)
+			return clampReset(time.UnixMilli(n).Add(fracOf(frac, time.Millisecond)), now), false
 		}
 	}
 	if n >= epochFloor && looksLikeEpoch(n, now) {
-		return clampReset(time.Unix(n, int64(fracOf(frac, time.Second))), now)
+		return clampReset(time.Unix(n, int64(fracOf(frac, time.Second))), now), true
 	}
 	if n >= int64(maxServerWait/time.Second) {
-		return now.Add(maxServerWait)
+		return now.Add(maxServerWait), false
 	}
-	return now.Add(min(time.Duration(n)*time.Second+fracOf(frac, time.Second), maxServerWait))
+	return now.Add(min(time.Duration(n)*time.Second+fracOf(frac, time.Second), maxServerWait)), false
 }
 
 // fracOf returns the fraction ".frac" of unit, to the nanosecond; digits
@@ -687,7 +752,7 @@ func parseIETFRateLimit(items, policies []string, now time.Time) (q [4]Quota, w 
 		}
 		var c Quota
 		c.Remaining, c.HasRemaining = parseRateCount(m.r)
-		c.Reset, _ = parseResetAt(m.t, now)
+		c.Reset, c.Coarse, _ = parseResetAt(m.t, now)
 		var win time.Duration
 		if p != nil {
 			c.Limit, c.HasLimit = p.limit, p.hasLim

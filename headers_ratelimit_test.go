@@ -27,6 +27,12 @@ func rlq(limit, remaining int64, reset time.Time) Quota {
 	return q
 }
 
+// coarse marks a quota whose reset is an absolute time in whole seconds.
+func coarse(q Quota) Quota {
+	q.Coarse = true
+	return q
+}
+
 // requireRateLimits compares field by field, resets by instant (Equal), so
 // a location or representation difference does not fail a right answer.
 func requireRateLimits(t *testing.T, want, got RateLimits) {
@@ -117,7 +123,7 @@ func TestParseRateLimits(t *testing.T) {
 		{"IETF negative and fractional counts ignored", peHeader("RateLimit", `"d";r=-1;t=-5, "e";r=1.5;t=1.5`),
 			RateLimits{Requests: rlq(na, na, in(1500*time.Millisecond))}},
 		{"IETF epoch in t", peHeader("RateLimit", `"d";r=0;t=`+itoa(epoch+40)),
-			RateLimits{Requests: rlq(na, 0, in(40*time.Second))}},
+			RateLimits{Requests: coarse(rlq(na, 0, in(40*time.Second)))}},
 		{"IETF huge values", peHeader("RateLimit", `"d";r=999999999999999999999;t=999999999999999`, "RateLimit-Policy", `"d";q=1;w=99999999999999999999`),
 			RateLimits{Requests: rlq(1, math.MaxInt64, capped), Window: maxServerWait}},
 
@@ -131,7 +137,7 @@ func TestParseRateLimits(t *testing.T) {
 		{"IETF older numeric RateLimit-Policy", peHeader("RateLimit-Limit", "50", "RateLimit-Policy", "10;w=1, 50;w=60"),
 			RateLimits{Requests: rlq(50, na, never), Window: time.Minute}},
 		{"IETF older reset sent as epoch", peHeader("RateLimit-Remaining", "1", "RateLimit-Reset", itoa(epoch+30)),
-			RateLimits{Requests: rlq(na, 1, in(30*time.Second))}},
+			RateLimits{Requests: coarse(rlq(na, 1, in(30*time.Second)))}},
 
 		// OpenAI and Azure OpenAI.
 		{"OpenAI", peHeader(
@@ -169,26 +175,26 @@ func TestParseRateLimits(t *testing.T) {
 			"anthropic-ratelimit-output-tokens-limit", "20000", "anthropic-ratelimit-output-tokens-remaining", "15000",
 			"anthropic-ratelimit-output-tokens-reset", "2026-11-30T13:00:07+01:00"),
 			RateLimits{Replenishing: true,
-				Requests:     rlq(50, 49, in(59*time.Second)),
-				Tokens:       rlq(100000, 90000, in(6*time.Second)),
+				Requests:     coarse(rlq(50, 49, in(59*time.Second))),
+				Tokens:       coarse(rlq(100000, 90000, in(6*time.Second))),
 				InputTokens:  rlq(80000, 75000, in(1500*time.Millisecond)),
-				OutputTokens: rlq(20000, 15000, in(7*time.Second)),
+				OutputTokens: coarse(rlq(20000, 15000, in(7*time.Second))),
 			}},
 		{"Anthropic nanosecond fraction", peHeader("anthropic-ratelimit-requests-reset", "2026-11-30T12:00:00.123456789Z"),
 			RateLimits{Replenishing: true, Requests: rlq(na, na, in(123456789*time.Nanosecond))}},
 		{"Anthropic reset in the past is now", peHeader("anthropic-ratelimit-requests-remaining", "0", "anthropic-ratelimit-requests-reset", "2025-08-21T12:40:59Z"),
-			RateLimits{Replenishing: true, Requests: rlq(na, 0, now)}},
+			RateLimits{Replenishing: true, Requests: coarse(rlq(na, 0, now))}},
 		{"Anthropic far future capped", peHeader("anthropic-ratelimit-requests-reset", "9999-12-31T23:59:59Z"),
-			RateLimits{Replenishing: true, Requests: rlq(na, na, capped)}},
+			RateLimits{Replenishing: true, Requests: coarse(rlq(na, na, capped))}},
 		{"Anthropic garbage reset", peHeader("anthropic-ratelimit-requests-remaining", "3", "anthropic-ratelimit-requests-reset", "2026-13-45T99:00:00Z"),
 			RateLimits{Replenishing: true, Requests: rlq(na, 3, never)}},
 
 		// GitHub and generic X-RateLimit.
 		{"GitHub", peHeader("x-ratelimit-limit", "5000", "x-ratelimit-remaining", "4999", "x-ratelimit-used", "1",
 			"x-ratelimit-reset", itoa(epoch+3600), "x-ratelimit-resource", "core"),
-			RateLimits{Requests: rlq(5000, 4999, in(time.Hour))}},
+			RateLimits{Requests: coarse(rlq(5000, 4999, in(time.Hour)))}},
 		{"GitHub exhausted, reset passed", peHeader("x-ratelimit-limit", "60", "x-ratelimit-remaining", "0", "x-ratelimit-reset", itoa(epoch-10)),
-			RateLimits{Requests: rlq(60, 0, now)}},
+			RateLimits{Requests: coarse(rlq(60, 0, now))}},
 		{"used gives remaining", peHeader("x-ratelimit-limit", "60", "x-ratelimit-used", "59"),
 			RateLimits{Requests: rlq(60, 1, never)}},
 		{"used above limit gives nothing", peHeader("x-ratelimit-limit", "60", "x-ratelimit-used", "61"),
@@ -198,14 +204,14 @@ func TestParseRateLimits(t *testing.T) {
 		{"reset delta seconds", peHeader("X-RateLimit-Reset", "30"), RateLimits{Requests: rlq(na, na, in(30*time.Second))}},
 		{"reset fractional delta seconds", peHeader("X-RateLimit-Reset", "1.5"), RateLimits{Requests: rlq(na, na, in(1500*time.Millisecond))}},
 		{"reset one day is a day", peHeader("X-RateLimit-Reset", "86400"), RateLimits{Requests: rlq(na, na, in(24*time.Hour))}},
-		{"reset epoch seconds", peHeader("X-RateLimit-Reset", itoa(epoch+60)), RateLimits{Requests: rlq(na, na, in(time.Minute))}},
+		{"reset epoch seconds", peHeader("X-RateLimit-Reset", itoa(epoch+60)), RateLimits{Requests: coarse(rlq(na, na, in(time.Minute)))}},
 		{"reset epoch seconds with fraction", peHeader("X-RateLimit-Reset", itoa(epoch+10)+".25"),
 			RateLimits{Requests: rlq(na, na, in(10250*time.Millisecond))}},
 		{"reset epoch milliseconds", peHeader("X-RateLimit-Reset", itoa((epoch+60)*1000+500)),
 			RateLimits{Requests: rlq(na, na, in(60500*time.Millisecond))}},
 		{"reset epoch milliseconds half a year ahead", peHeader("X-RateLimit-Reset", itoa((epoch+180*86400)*1000)),
 			RateLimits{Requests: rlq(na, na, in(180*24*time.Hour))}},
-		{"reset epoch seconds in the past is now", peHeader("X-RateLimit-Reset", itoa(epoch-3600)), RateLimits{Requests: rlq(na, na, now)}},
+		{"reset epoch seconds in the past is now", peHeader("X-RateLimit-Reset", itoa(epoch-3600)), RateLimits{Requests: coarse(rlq(na, na, now))}},
 		{"reset epoch milliseconds in the past is now", peHeader("X-RateLimit-Reset", itoa((epoch-3600)*1000)), RateLimits{Requests: rlq(na, na, now)}},
 		{"ten digits far from now are delay-seconds", peHeader("X-RateLimit-Reset", "1000000000"),
 			RateLimits{Requests: rlq(na, na, in(1_000_000_000*time.Second))}},
@@ -215,8 +221,8 @@ func TestParseRateLimits(t *testing.T) {
 			RateLimits{Requests: rlq(na, na, in(time.Duration(epoch+400*86400)*time.Second))}},
 		{"reset more digits than int64", peHeader("X-RateLimit-Reset", "99999999999999999999999999"), RateLimits{Requests: rlq(na, na, capped)}},
 		{"reset int64 max", peHeader("X-RateLimit-Reset", "9223372036854775807"), RateLimits{Requests: rlq(na, na, capped)}},
-		{"reset HTTP-date", peHeader("X-RateLimit-Reset", "Mon, 30 Nov 2026 12:01:30 GMT"), RateLimits{Requests: rlq(na, na, in(90*time.Second))}},
-		{"reset RFC 850 date", peHeader("X-RateLimit-Reset", "Monday, 30-Nov-26 12:01:30 GMT"), RateLimits{Requests: rlq(na, na, in(90*time.Second))}},
+		{"reset HTTP-date", peHeader("X-RateLimit-Reset", "Mon, 30 Nov 2026 12:01:30 GMT"), RateLimits{Requests: coarse(rlq(na, na, in(90*time.Second)))}},
+		{"reset RFC 850 date", peHeader("X-RateLimit-Reset", "Monday, 30-Nov-26 12:01:30 GMT"), RateLimits{Requests: coarse(rlq(na, na, in(90*time.Second)))}},
 		{"reset RFC 3339", peHeader("X-RateLimit-Reset", "2026-11-30T12:01:30.5Z"), RateLimits{Requests: rlq(na, na, in(90500*time.Millisecond))}},
 		{"reset Go duration", peHeader("X-RateLimit-Reset", "2m"), RateLimits{Requests: rlq(na, na, in(2*time.Minute))}},
 		{"Discord: Reset-After wins over Reset", peHeader("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", itoa(epoch+10)+".123", "X-RateLimit-Reset-After", "9.5"),
@@ -225,7 +231,7 @@ func TestParseRateLimits(t *testing.T) {
 
 		// X (Twitter).
 		{"X", peHeader("x-rate-limit-limit", "900", "x-rate-limit-remaining", "899", "x-rate-limit-reset", itoa(epoch+900)),
-			RateLimits{Requests: rlq(900, 899, in(15*time.Minute))}},
+			RateLimits{Requests: coarse(rlq(900, 899, in(15*time.Minute)))}},
 
 		// Garbage.
 		{"garbage counts", peHeader("x-ratelimit-limit", "abc", "x-ratelimit-remaining", "12abc"), RateLimits{}},
@@ -429,4 +435,50 @@ func FuzzParseRateLimits(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A server whose clock is off the client's sends absolute resets and
+// Retry-After dates on its own clock; read against its Date header, they
+// come out the same whatever the skew.
+func TestAbsoluteTimesAreReadAgainstTheServersDate(t *testing.T) {
+	local := testStart.Add(300 * time.Millisecond)
+	for _, skew := range []time.Duration{-5 * time.Second, -time.Second, 0, time.Second, 5 * time.Second, 3 * time.Hour} {
+		t.Run(skew.String(), func(t *testing.T) {
+			server := testStart.Add(skew) // the Date header is whole seconds
+			h := peHeader(
+				"Date", server.Format(http.TimeFormat),
+				"anthropic-ratelimit-requests-remaining", "3",
+				"anthropic-ratelimit-requests-reset", server.Add(2*time.Second).Format(time.RFC3339),
+				"x-ratelimit-reset", strconv.FormatInt(server.Unix()+7, 10),
+				"Retry-After", server.Add(4*time.Second).Format(http.TimeFormat))
+			l := ParseRateLimits(h, local)
+			assert.Equal(t, local.Add(2*time.Second), l.Requests.Reset, "Anthropic reset")
+			assert.True(t, l.Requests.Coarse)
+			wait, ok := ParseRetryAfter(h, local)
+			assert.True(t, ok)
+			assert.Equal(t, 4*time.Second, wait, "Retry-After date")
+		})
+	}
+}
+
+// A reset at or before the server's now means now, even when the local
+// clock is behind the server's.
+func TestResetAtTheServersNowIsNow(t *testing.T) {
+	local := testStart.Add(-5 * time.Second) // the client is 5s behind
+	h := peHeader("Date", testStart.Format(http.TimeFormat),
+		"anthropic-ratelimit-requests-limit", "4",
+		"anthropic-ratelimit-requests-remaining", "0",
+		"anthropic-ratelimit-requests-reset", testStart.Add(-time.Second).Format(time.RFC3339))
+	l := ParseRateLimits(h, local)
+	assert.Equal(t, local, l.Requests.Reset)
+}
+
+// A Date header more than a day off, or unreadable, is a broken header,
+// not a clock: the local clock is used.
+func TestBrokenDateHeaderIsIgnored(t *testing.T) {
+	for _, date := range []string{"Fri, 31 Dec 9999 23:59:59 GMT", "Thu, 01 Jan 1970 00:00:00 GMT", "yesterday", ""} {
+		h := peHeader("Date", date, "x-ratelimit-remaining", "0", "x-ratelimit-reset", strconv.FormatInt(testStart.Unix()+30, 10))
+		assert.Equal(t, testStart, ServerNow(h, testStart), "%q", date)
+		assert.Equal(t, testStart.Add(30*time.Second), ParseRateLimits(h, testStart).Requests.Reset, "%q", date)
+	}
 }

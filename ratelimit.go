@@ -42,6 +42,10 @@ type Quota struct {
 	Reset        time.Time // when the quota is whole again; zero if not said
 	HasLimit     bool
 	HasRemaining bool
+	// Coarse reports that Reset came as an absolute time in whole seconds
+	// (RFC 3339, epoch seconds, HTTP-date): servers cut it up or down, so it
+	// is good to about a second either way, never exact.
+	Coarse bool
 }
 
 // Known reports whether the server said anything about this dimension.
