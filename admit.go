@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"errors"
 	"net/http"
 	"time"
 )
@@ -53,6 +54,19 @@ func (c *call) admit() (admission, error) {
 // schedule waits for the attempt's turn on an upstream that is held, paced,
 // limited or still probing.
 func (c *call) schedule(u *upstream) (_ pass, err error) {
+	for {
+		p, err := c.scheduleOnce(u)
+		if err != errScheduleAgain {
+			return p, err
+		}
+	}
+}
+
+// errScheduleAgain is awaitTurn's word that the upstream went cold for a new
+// probe while the request waited: it takes its place again.
+var errScheduleAgain = errors.New("retryhttp: schedule again")
+
+func (c *call) scheduleOnce(u *upstream) (_ pass, err error) {
 	now := c.t.cfg.clock.Now()
 	t, w, p := u.schedule(now, c.policy.jitter)
 	if p.probe {
@@ -110,7 +124,10 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time) error {
 	latest := c.latestStart(c.t.cfg.clock.Now()) // the longest it may wait
 	for {
 		now := c.t.cfg.clock.Now()
-		at, quicker := u.recheck(now, &t, c.policy.jitter)
+		at, quicker, again := u.recheck(now, &t, c.policy.jitter)
+		if again {
+			return errScheduleAgain
+		}
 		start := later(at, limitAt)
 		if !start.After(now) {
 			return nil
@@ -233,7 +250,9 @@ func (t *RetryTransport) newUpstream() *upstream {
 	u := &upstream{
 		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst, t.cfg.quota.localShare()),
 		budget: newBudget(t.cfg.retryBudget),
+		born:   t.cfg.clock.Now(),
 	}
+	u.bound = t.cfg.policy.maxRetryAfter
 	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
 	now := t.cfg.clock.Now()
 	u.breaker.start(now)

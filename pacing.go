@@ -8,51 +8,40 @@ import (
 	"time"
 )
 
-// Pacing by what the server says.
+// Slow start and holds: the admit stage's per-upstream state before the
+// pacer (pacer.go).
 //
 // Each upstream starts cold. Its first request goes alone as a probe; the
 // requests that arrive while it is out wait for its answer, and are let go on
 // a doubling ramp (1, then 2, 4, 8, ... every slowStartStep) in case the answer
-// is slow. The probe's headers decide what follows:
+// is slow. The probe's answer decides what follows:
 //
-//   - no rate-limit headers: the upstream is open and requests go at once,
-//     as if this stage did not exist;
-//   - rate-limit headers: requests are paced by GCRA (a virtual-time token
-//     bucket) at the rate the headers imply, with the bucket kept in step
-//     with what the server says remains.
-//
-// The pace keeps its own clock, counted in slots (one per interval) rather
-// than in time. A request waiting for its turn holds a slot number, so when a
-// later reading changes the rate every queued request moves with it: a queue
-// booked at a cautious first guess speeds up as soon as the rate is known.
+//   - no rate-limit headers: the upstream is open; the requests queued
+//     behind the probe go on a doubling ramp, one round trip of the probe
+//     apart (1, 2, 4, 8, ...), so a server that is at its limit answers
+//     the first few with a 429 before the rest are sent; later requests go
+//     at once, as if this stage did not exist;
+//   - rate-limit headers: requests are paced (see pacer).
 //
 // Whatever the phase, an exhausted quota (remaining 0) or a 429 / Retry-After
 // holds every new request on the upstream until the server's time, so one
 // 429 pauses the key instead of every request finding the limit by itself.
+// Once the pacer knows a rate, a hold lasts at most one unit at that rate:
+// what the server is seen to accept beats a coarse statement.
+//
+// Bounded trust: no hold is longer than the bound (WithMaxRetryAfter). A hold
+// cut to the bound ends in a new probe: the upstream goes cold again, one
+// request goes, and its answer decides.
 // Slots are assigned in arrival order, so waiting is first come, first served.
 const (
 	slowStartStep = 200 * time.Millisecond
 	slowStartMax  = 2 * time.Second
-	// paceMargin is the share of the learned rate used, so that timing noise
-	// between here and the server does not turn into 429s.
-	paceMargin = 0.95
-	// headroom is how many units of the server's remaining quota are left
-	// unused, so a response never reports exactly zero while paced.
-	headroom = 1
-	// rateCreep is how much the learned rate may rise per reading that does
-	// not contradict it; rateRecover, when more than half the quota remains.
-	rateCreep   = 1.02
-	rateRecover = 1.1
-	// rateBackoff is what a 429 leaves of the learned rate.
-	rateBackoff = 0.7
-	// drainSpan and drainCount are the least time and admissions a drain
-	// measurement spans (see measureLocked); drainSpanMax the most, so the
-	// measure follows a rate that changes.
-	drainSpan    = 100 * time.Millisecond
-	drainCount   = 4
-	drainSpanMax = time.Second
+	// rampStepMin is the shortest step of the ramp after a probe that
+	// brought no rate-limit headers.
+	rampStepMin = time.Millisecond
 )
 
+// phase is the slow start's state.
 type phase int
 
 const (
@@ -60,6 +49,18 @@ const (
 	probing
 	open
 )
+
+func (p phase) String() string {
+	switch p {
+	case cold:
+		return "cold"
+	case probing:
+		return "probing"
+	case open:
+		return "open"
+	}
+	return "unknown"
+}
 
 // upstream is the pacing, hold and limit state of one upstream key.
 type upstream struct {
@@ -69,6 +70,7 @@ type upstream struct {
 	free    atomic.Bool
 	key     upstreamKey
 	touched atomic.Uint64 // see upstreamTable
+	born    time.Time
 
 	mu sync.Mutex
 
@@ -77,29 +79,12 @@ type upstream struct {
 	waiters    []*waiter     // requests queued behind the probe, in arrival order
 	released   chan struct{} // closed when the probe's answer is in
 
-	// GCRA pacing learned from headers; interval 0 means not paced. Slots
-	// are counted on the pace clock, which read anchorV at anchorAt and
-	// advances one slot per interval.
-	interval time.Duration
-	capacity float64
-	anchorAt time.Time
-	anchorV  float64
-	tatV     float64       // the theoretical arrival time, in slots
-	quicker  chan struct{} // closed when the pace quickens; nil until asked for
-	quickOf  time.Duration // the interval quicker was made at
-	rate     float64       // the rate (per second) the headers imply (see learnLocked)
-	ceiling  float64       // below the rate that last drew a 429; 0: none yet
-	proven   float64       // the highest lower bound on the rate any reading gave
-	sent     uint64        // attempts sent so far; orders responses against sends
-	rejected uint64        // 429s seen so far: sends the server did not count
-	mark     reading       // where the current drain measurement starts
-	latest   reading       // the reading that covers the most attempts sent
-	limit    int64         // the quota's size, as the latest reading gave it
-	coarse   bool          // the quota is a coarse bucket (see coarseBucket)
-	firm     bool          // the pace is what the server stated (see turn.firm)
-	measured bool          // a drain measurement has stated the rate
+	pacer
+	replies uint64 // attempts answered (a response or an error), of pacer.sent
 
 	heldUntil time.Time
+	reprobeAt time.Time // a hold was cut to the bound: probe again then
+	reprobes  uint32    // how many times the upstream went cold again
 
 	limits *clientLimits // nil without WithRateLimit
 
@@ -129,6 +114,12 @@ type turn struct {
 	// time: the request waits instead, as long as it may, and the pace may
 	// yet bring its turn forward.
 	firm bool
+	// held is the end of the hold the turn waits out, a statement of the
+	// server's and so firm even when the pace after it is not.
+	held time.Time
+	// reprobes is the upstream's count of new probes when the turn was
+	// given: a turn from before the upstream went cold again is void.
+	reprobes uint32
 }
 
 // pass is what an admitted attempt carries back to observe.
@@ -144,6 +135,7 @@ type pass struct {
 func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *waiter, p pass) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.reprobeIfDue(now)
 	if u.phase == probing && now.Sub(u.probeStart) > slowStartMax {
 		u.openLocked(now) // the probe is taking too long to tell us anything
 	}
@@ -151,28 +143,26 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	case cold:
 		u.phase, u.probeStart = probing, now
 		u.released = make(chan struct{})
-		return turn{at: u.afterHold(now, jitter), firm: true}, nil, pass{u: u, probe: true}
+		return turn{at: u.afterHold(now, jitter), firm: true, reprobes: u.reprobes}, nil, pass{u: u, probe: true}
 	case probing:
 		w = &waiter{n: len(u.waiters) + 1, released: u.released}
 		u.waiters = append(u.waiters, w)
-		return turn{at: u.rampAt(w.n)}, w, pass{u: u}
+		return turn{at: u.rampAt(w.n), reprobes: u.reprobes}, w, pass{u: u}
 	}
-	t = u.turnLocked(u.afterHold(now, jitter))
-	u.free.Store(u.interval == 0 && u.limits == nil && !u.heldUntil.After(now))
+	t = u.turnAt(u.afterHold(now, jitter))
+	u.free.Store(u.interval == 0 && u.limits == nil && !u.heldUntil.After(now) && u.reprobeAt.IsZero())
 	return t, nil, pass{u: u}
 }
 
-// turnLocked books a start at or after start: a paced slot when the upstream
-// is paced, else start itself.
-func (u *upstream) turnLocked(start time.Time) turn {
-	if u.interval <= 0 {
-		return turn{at: start, firm: true}
+// reprobeIfDue starts slow start again when a hold cut to the bound ends:
+// the next request is a probe, and its answer decides.
+func (u *upstream) reprobeIfDue(now time.Time) {
+	if u.reprobeAt.IsZero() || now.Before(u.reprobeAt) || u.phase != open {
+		return
 	}
-	v, moved := u.gcraLocked(u.slotsAt(start))
-	if moved {
-		start = u.timeOf(v)
-	}
-	return turn{at: start, v: v, paced: true, firm: u.firm}
+	u.reprobeAt = time.Time{}
+	u.phase = cold
+	u.reprobes++
 }
 
 // rampAt is when the n-th request queued behind the probe goes if the probe
@@ -191,7 +181,19 @@ func (u *upstream) claim(w *waiter) turn {
 	if w.turn.at.IsZero() {
 		w.gone = true
 	}
-	return w.turn
+	t := w.turn
+	t.reprobes = u.reprobes
+	return t
+}
+
+// turnAt books a turn at or after start on the pace.
+func (u *upstream) turnAt(start time.Time) turn {
+	t := u.book(start)
+	t.reprobes = u.reprobes
+	if !start.Before(u.heldUntil) {
+		t.held = u.heldUntil
+	}
+	return t
 }
 
 // dispatch numbers an attempt that is being sent, so its response can be
@@ -203,97 +205,47 @@ func (u *upstream) dispatch(p *pass) {
 	u.mu.Unlock()
 }
 
-// firmAt is the turn's time if it is firm (see turn.firm), else zero.
+// firmAt is the turn's time if it is firm (see turn.firm), else the end of
+// the hold it waits out (zero if none).
 func (t turn) firmAt() time.Time {
 	if t.firm {
 		return t.at
 	}
-	return time.Time{}
+	return t.held
 }
 
 // recheck returns when a request that already has its turn may go, given
 // the time now: later if the upstream is held (a new turn after the hold,
 // paced or spread with jitter), earlier or later if the pace changed since
-// the turn was booked; zero when it may go now. quicker, when not nil, is
-// closed if the pace quickens before then.
-func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at time.Time, quicker <-chan struct{}) {
+// the turn was booked, on the pace if the upstream became paced; zero when
+// it may go now. quicker, when not nil, is closed if the pace quickens
+// before then. again reports that the upstream went cold for a new probe
+// since the turn was booked: the request must be scheduled again.
+func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at time.Time, quicker <-chan struct{}, again bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.reprobeIfDue(now); t.reprobes != u.reprobes {
+		return time.Time{}, nil, true
+	}
 	at = t.at
-	if t.paced && u.interval > 0 {
+	switch {
+	case t.paced && u.interval > 0:
 		at, t.firm = u.timeOf(t.v), u.firm
+	case !t.paced && u.interval > 0 && !at.After(now):
+		*t = u.turnAt(now) // paced since it was booked: take a slot
+		at = t.at
 	}
 	if u.heldUntil.After(now) && at.Before(u.heldUntil) {
-		*t = u.turnLocked(u.afterHold(now, jitter)) // a new turn after the hold, not a herd
+		*t = u.turnAt(u.afterHold(now, jitter)) // a new turn after the hold, not a herd
 		at = t.at
 	}
 	if at.After(now) {
-		return at, u.quickerLocked(*t)
+		return at, u.quickerFor(*t), false
 	}
-	if short := u.shortfallLocked(now); short > 0 {
-		return now.Add(short), nil
+	if short := u.shortfall(now, u.sent-u.replies); short > 0 {
+		return now.Add(short), nil, false
 	}
-	return time.Time{}, nil
-}
-
-// shortfallLocked is how long until a coarse bucket surely holds a unit
-// beyond the headroom for one more attempt, by the latest reading, the
-// attempts sent since and the refill rate proven so far; 0 when it does now.
-// It is the last check before a paced attempt goes: a pace that probes above
-// the true rate drains the headroom, never the bucket.
-func (u *upstream) shortfallLocked(now time.Time) time.Duration {
-	l := u.latest
-	if !u.coarse || u.proven <= 0 || l.at.IsZero() {
-		return 0
-	}
-	refilled := u.proven * now.Sub(l.at).Seconds()
-	have := min(float64(l.remaining)+refilled, float64(u.limit)) - float64(u.sent-l.sent)
-	short := float64(headroom+1) - have
-	if short <= 0 {
-		return 0
-	}
-	return time.Duration(short / u.proven * float64(time.Second))
-}
-
-// quickerLocked returns the channel closed when the pace quickens, for a
-// request waiting on a paced turn; nil for any other.
-func (u *upstream) quickerLocked(t turn) <-chan struct{} {
-	if !t.paced {
-		return nil
-	}
-	if u.quicker == nil {
-		u.quicker, u.quickOf = make(chan struct{}), u.interval
-	}
-	return u.quicker
-}
-
-// slotsAt reads the pace clock at t.
-func (u *upstream) slotsAt(t time.Time) float64 {
-	return u.anchorV + float64(t.Sub(u.anchorAt))/float64(u.interval)
-}
-
-// timeOf is when the pace clock reads v, at the current pace.
-func (u *upstream) timeOf(v float64) time.Time {
-	return u.anchorAt.Add(time.Duration(math.Ceil((v - u.anchorV) * float64(u.interval))))
-}
-
-// setPaceLocked sets the pace to one slot per interval from now on. Booked
-// slots keep their numbers, so they move with the pace; requests waiting on
-// them are told when it quickens by a tenth or more.
-func (u *upstream) setPaceLocked(now time.Time, interval time.Duration) {
-	if interval == u.interval {
-		return
-	}
-	if u.interval > 0 {
-		u.anchorV = u.slotsAt(now)
-	} else {
-		u.anchorV, u.tatV = 0, 0
-	}
-	u.anchorAt, u.interval = now, interval
-	if u.quicker != nil && interval*10 <= u.quickOf*9 {
-		close(u.quicker)
-		u.quicker = nil
-	}
+	return time.Time{}, nil, false
 }
 
 // afterHold delays start past a hold, spreading the held requests with
@@ -308,27 +260,46 @@ func (u *upstream) afterHold(now time.Time, jitter time.Duration) time.Time {
 	return u.heldUntil.Add(time.Duration(rand.Int64N(int64(jitter))))
 }
 
-// gcraLocked books the next paced slot at or after slot v; moved reports
-// that it is later than v.
-func (u *upstream) gcraLocked(v float64) (slot float64, moved bool) {
-	if earliest := u.tatV - (u.capacity - 1); earliest > v {
-		v, moved = earliest, true
+// holdUntil holds new requests until at, within the bound; a hold cut to
+// the bound ends in a new probe. It reports whether the hold moved later.
+func (u *upstream) holdUntil(now, at time.Time) bool {
+	if !at.After(u.heldUntil) || !at.After(now) {
+		return false
 	}
-	u.tatV = max(u.tatV, v) + 1
-	return v, moved
+	if u.bound > 0 && at.Sub(now) > u.bound {
+		at = now.Add(u.bound)
+		u.reprobeAt = at
+		if !at.After(u.heldUntil) {
+			return false
+		}
+	}
+	u.heldUntil = at
+	return true
 }
 
-// openLocked ends slow start: queued requests get slots in arrival order.
+// openLocked ends slow start: queued requests get their turns in arrival
+// order: paced slots, or, on an upstream that is neither paced nor held, a
+// doubling ramp one probe round trip apart.
 func (u *upstream) openLocked(now time.Time) {
 	if u.phase != probing {
 		return
 	}
 	u.phase = open
+	step := time.Duration(0)
+	if u.interval == 0 && !u.heldUntil.After(now) {
+		step = min(max(now.Sub(u.probeStart), rampStepMin), slowStartStep)
+	}
+	n := 0
 	for _, w := range u.waiters {
 		if w.gone {
 			continue
 		}
-		w.turn = u.turnLocked(u.afterHold(now, 0))
+		n++
+		if step > 0 {
+			w.turn = turn{at: now.Add(step * time.Duration(math.Floor(math.Log2(float64(n))))), firm: true, reprobes: u.reprobes}
+			continue
+		}
+		w.turn = u.turnAt(u.afterHold(now, 0))
 	}
 	close(u.released)
 	u.waiters = nil
@@ -357,21 +328,32 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	before := u.heldUntil
+	moved := false
 	u.free.Store(false) // schedule decides again, on the clock
-	if throttled {
-		u.rejected++
+	if p.sent > 0 {
+		u.replies++
 	}
-	if hold > 0 {
-		if until := now.Add(hold); until.After(u.heldUntil) {
-			u.heldUntil = until
+	if gotResponse {
+		u.answered(now, throttled)
+	}
+	if throttled {
+		var knew time.Duration // the next unit, if the server was seen to accept lately
+		if u.accepts.perSecond(now) > 0 {
+			knew = u.unitAfter()
+		}
+		if u.rate == 0 && !limits.Known() {
+			u.seedAccepts(now)
+		}
+		u.pacer.throttled(now, limits.Known(), hold)
+		if knew > 0 {
+			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
 	}
-	if throttled {
-		u.throttled(now) // with or without a Retry-After: the pace was too fast
+	if hold > 0 {
+		moved = u.holdUntil(now, now.Add(hold)) || moved
 	}
 	if limits.Known() {
-		u.learnLocked(now, limits, p.sent)
+		moved = u.learnLocked(now, limits, p.sent) || moved
 	}
 	if u.limits != nil && limits.Known() {
 		u.limits.correct(now, limits)
@@ -379,53 +361,35 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if p.probe || (u.phase == probing && gotResponse) {
 		u.openLocked(now)
 	}
-	if u.heldUntil.After(before) {
+	if moved {
 		held = u.heldUntil
 	}
 	return held
 }
 
-// learnLocked updates the pacing from a response's rate-limit state.
-func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64) {
-	q := l.Requests
-	coarse := coarseBucket(l)
-	if coarse {
-		u.coarse, u.limit = true, q.Limit
-		if sent >= u.latest.sent {
-			u.latest = reading{at: now, remaining: q.Remaining, sent: sent}
-		}
+// seedAccepts gives the accept counter of a pacer that has not counted yet
+// (the upstream was free, and free upstreams count nothing) what the
+// counters say: the successes so far, if the upstream is under a second old.
+func (u *upstream) seedAccepts(now time.Time) {
+	if u.accepts.at.IsZero() && now.Sub(u.born) < time.Second {
+		ok := u.stats.attempts.Load() - u.stats.throttled.Load() - u.stats.failures.Load()
+		u.accepts.at = now
+		u.accepts.counts[0] = int(ok)
 	}
-	if until := u.exhaustedUntilLocked(now, l); until.After(u.heldUntil) {
-		u.heldUntil = until
-	}
-	lo, hi := rateBounds(now, l)
-	if hi > 0 || coarse {
-		binding := u.interval > 0 && u.tatV > u.slotsAt(now) // requests are waiting on the pace
-		if coarse && u.rate > 0 {
-			u.measureLocked(now, q, sent, lo, hi, binding)
-			u.rate = max(u.rate, u.proven)
-		} else {
-			u.rate = u.nextRate(lo, hi, q, float64(q.Limit-q.Remaining), q.Reset.Sub(now).Seconds(), binding)
-		}
-		u.setPaceLocked(now, u.paceOf(u.rate))
-		u.firm = l.Window > 0 || (l.Replenishing && !coarse)
-		u.capacity = 1
-		if q.HasLimit && q.Limit > headroom+1 {
-			u.capacity = float64(q.Limit - headroom)
-		}
-	}
-	if u.interval > 0 && q.HasRemaining {
-		// Requests sent after this one had not reached the server when it
-		// answered: what it says remains is theirs too.
-		unseen := float64(u.sent - sent)
-		available := float64(q.Remaining-headroom) - unseen
-		u.tatV = max(u.tatV, u.slotsAt(now)+(u.capacity-1)+(1-available))
-	}
+}
+
+// learnLocked updates the pacing from a response's rate-limit state, and
+// holds the upstream while a quota is exhausted. It reports whether the
+// hold moved later.
+func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64) bool {
+	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l))
+	u.learn(now, l, sent)
+	return moved
 }
 
 // exhaustedUntilLocked is when a reading with nothing left lets requests go
 // again: the reset, except that a replenishing request quota whose refill
-// rate is proven has its next unit back sooner than it is full again.
+// rate is known has its next unit back sooner than it is full again.
 func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 	var until time.Time
 	for _, d := range dimensions {
@@ -434,179 +398,12 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 			continue
 		}
 		at := q.Reset
-		if d == Requests && l.Replenishing && u.proven > 0 {
-			if unit := now.Add(time.Duration(float64(time.Second) / u.proven)); unit.Before(at) {
-				at = unit
+		if d == Requests && (l.Replenishing || u.mode == paceObserved) {
+			if unit := u.unitAfter(); unit > 0 && now.Add(unit).Before(at) {
+				at = now.Add(unit)
 			}
 		}
 		until = later(until, at)
 	}
 	return until
-}
-
-// coarseBucket reports a replenishing quota whose reset, in whole seconds,
-// is too coarse to state the refill rate (Anthropic's RFC 3339 resets): a
-// bucket that refills in 100 ms says "full by the next second".
-func coarseBucket(l RateLimits) bool {
-	q := l.Requests
-	return l.Replenishing && l.Window == 0 && q.HasLimit && q.HasRemaining &&
-		q.Limit > headroom+1 && !q.Reset.IsZero() && q.Reset.Nanosecond() == 0
-}
-
-// reading is one response's word on a coarse bucket, the start of a drain
-// measurement.
-type reading struct {
-	at        time.Time
-	remaining int64
-	sent      uint64 // the attempt the reading answers
-	rejected  uint64 // 429s seen by then
-	full      bool   // the bucket was (nearly) full: refill may be lost to the cap
-}
-
-// measureLocked learns a coarse bucket's refill rate from two readings:
-// what remains now, less what remained at the mark, plus what the server
-// took in between (admissions, less those it refused), over the time between.
-// Remaining is rounded down, so the measure is within one unit; it is exact
-// only while the bucket stayed below full, since a full bucket throws refill
-// away. Hence:
-//
-//   - both readings below full: the measure states the rate;
-//   - otherwise it is only a lower bound. While the pace holds requests back
-//     and the bucket stays full, the rate is probed upward: before the first
-//     measure by as much as half the quota could absorb over the span (a
-//     bucket of 10 read every 100 ms allows +50/s a step), after it by
-//     rateCreep, so the pace settles just under the truth.
-func (u *upstream) measureLocked(now time.Time, q Quota, sent uint64, lo, hi float64, binding bool) {
-	r := reading{at: now, remaining: q.Remaining, sent: sent, rejected: u.rejected, full: q.Remaining >= q.Limit-1}
-	u.proven = max(u.proven, lo)
-	m := u.mark
-	span := now.Sub(m.at)
-	n := float64(sent-m.sent) - float64(r.rejected-m.rejected)
-	switch {
-	case m.at.IsZero() || sent <= m.sent || span > drainSpanMax:
-		u.mark = r
-		return
-	case span < drainSpan:
-		if m.full && !r.full {
-			u.mark = r // measure from the first reading below full
-		}
-		return
-	}
-	taken := float64(r.remaining-m.remaining) + n // refill over the span, ±1
-	u.proven = max(u.proven, (taken-1)/span.Seconds())
-	switch {
-	case !m.full && !r.full && n >= drainCount:
-		u.rate = taken / span.Seconds()
-		u.measured = true
-		return // keep the mark: a longer span measures finer
-	case !m.full && !r.full:
-		return // too few attempts yet to tell the rate
-	case r.full && binding:
-		// A measure can come out low (a reading delayed on its way
-		// here stretches its span), and a full bucket says so: probe
-		// up again. The shortfall check keeps the probing from
-		// emptying the bucket.
-		u.rate *= 2
-	}
-	if u.ceiling > 0 {
-		u.rate = min(u.rate, u.ceiling)
-	}
-	u.mark = r
-	if hi > 0 && !math.IsInf(hi, 1) {
-		u.rate = min(u.rate, hi)
-	}
-	u.rate = max(u.rate, u.proven)
-}
-
-// throttled reacts to a 429: the learned rate was too high. Drop it by
-// rateBackoff (not below what readings proved), and never again rise above
-// nine tenths of it.
-func (u *upstream) throttled(now time.Time) {
-	if u.rate == 0 {
-		return
-	}
-	u.ceiling = u.rate * 0.9
-	u.rate = max(u.rate*rateBackoff, u.proven)
-	u.setPaceLocked(now, u.paceOf(u.rate))
-}
-
-// paceOf is the interval between paced slots for a rate learned from the
-// headers, kept paceMargin under it.
-func (u *upstream) paceOf(rate float64) time.Duration {
-	if u.coarse {
-		// The shortfall check guards the bucket itself: pace at the
-		// measured rate and let it hold back what the bucket lacks.
-		return time.Duration(float64(time.Second) / rate)
-	}
-	return time.Duration(float64(time.Second) / (rate * paceMargin))
-}
-
-// nextRate folds one reading's bounds on the refill rate into the learned
-// rate. The highest lower bound ever read is kept (proven); while the pace
-// is what holds requests back, the rate rises from there (by rateCreep a
-// reading, faster when more than half the quota remains, so an estimate that
-// started low recovers), and it never leaves the bounds: hi, and the ceiling
-// a 429 set.
-func (u *upstream) nextRate(lo, hi float64, q Quota, missing, left float64, binding bool) float64 {
-	u.proven = max(u.proven, lo)
-	rate := u.rate
-	switch {
-	case rate == 0 && !math.IsInf(hi, 1):
-		rate = hi
-	case rate == 0:
-		rate = max(missing/left, 1) // a guess, below the truth: the reset may be late
-	case !binding:
-		// The pace holds nobody back: a higher rate would prove nothing.
-	case q.HasLimit && q.HasRemaining && q.Remaining*2 > q.Limit:
-		rate *= rateRecover
-	default:
-		rate *= rateCreep
-	}
-	if u.ceiling > 0 {
-		hi = min(hi, u.ceiling)
-	}
-	return max(min(rate, hi), u.proven)
-}
-
-// rateBounds returns what the headers prove about the request rate (per
-// second) the upstream allows, as bounds lo <= rate <= hi; hi is +Inf when
-// nothing caps it and 0 when the headers imply no rate at all.
-//
-//   - A policy quota over its window (IETF) states the rate.
-//   - A token bucket (OpenAI, Anthropic: Reset is when it is full again)
-//     misses between Limit-Remaining-1 and Limit-Remaining units (Remaining
-//     is rounded down), refilled in the time to Reset. A reset given in whole
-//     seconds (Anthropic) may be up to a second late, which loosens hi.
-//   - A fixed window running low (under a quarter left) is spread over the
-//     time left: Remaining over the time to Reset.
-func rateBounds(now time.Time, l RateLimits) (lo, hi float64) {
-	q := l.Requests
-	if l.Window > 0 && q.HasLimit && q.Limit > 0 {
-		r := float64(q.Limit) / l.Window.Seconds()
-		return r, r
-	}
-	left := q.Reset.Sub(now).Seconds()
-	if left <= 0 || !q.HasRemaining || !q.HasLimit {
-		return 0, 0
-	}
-	if !l.Replenishing {
-		if q.Remaining*4 < q.Limit && q.Remaining > 0 {
-			r := float64(q.Remaining) / left
-			return r, r
-		}
-		return 0, 0
-	}
-	if q.Limit <= q.Remaining {
-		return 0, 0
-	}
-	missing := float64(q.Limit - q.Remaining)
-	lo = max(missing-1, 0) / left
-	hi = missing / left
-	if q.Reset.Nanosecond() == 0 { // whole seconds: the true wait may be a second shorter
-		hi = math.Inf(1)
-		if left > 1 {
-			hi = missing / (left - 1)
-		}
-	}
-	return lo, hi
 }

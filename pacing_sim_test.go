@@ -126,7 +126,7 @@ func simulateGoodput(t *testing.T, family string) (time.Duration, int) {
 				c.t, c.w, c.p = u.schedule(now, 0)
 				c.booked = c.w == nil
 			default:
-				if at, _ := u.recheck(now, &c.t, 0); !at.IsZero() {
+				if at, _, _ := u.recheck(now, &c.t, 0); !at.IsZero() {
 					continue
 				}
 				u.dispatch(&c.p)

@@ -86,7 +86,7 @@ func TestExhaustedQuotaHoldsTheKeyUntilReset(t *testing.T) {
 func TestA429PausesTheWholeKeyThenSpreads(t *testing.T) {
 	u := &upstream{phase: open}
 	now := testStart
-	pass{u: u}.observe(now, RateLimits{}, 3*time.Second, true, true)
+	pass{u: u}.observe(now, RateLimits{Requests: Quota{Remaining: 0, HasRemaining: true, Reset: now.Add(3 * time.Second)}}, 3*time.Second, true, true)
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 20; i++ {
 		start, _, _ := u.schedule(now.Add(time.Second), time.Second)
@@ -98,6 +98,33 @@ func TestA429PausesTheWholeKeyThenSpreads(t *testing.T) {
 	assert.Greater(t, len(seen), 10, "held requests are spread with jitter, not released as a herd")
 	start, _, _ := u.schedule(now.Add(5*time.Second), time.Second)
 	assert.Equal(t, now.Add(5*time.Second), start.at, "after the hold, requests go at once")
+}
+
+// With no rate-limit headers at all, a 429 holds the upstream for its
+// Retry-After, then paces it at the rate the server was seen to accept,
+// which doubles while requests wait and no 429 comes.
+func TestA429WithoutHeadersPacesAtTheAcceptedRate(t *testing.T) {
+	u := &upstream{phase: open}
+	now := testStart
+	for i := 0; i < 10; i++ { // ten successes over the last second
+		pass{u: u, sent: 1}.observe(now.Add(time.Duration(i)*100*time.Millisecond+50*time.Millisecond), RateLimits{}, 0, false, true)
+	}
+	now = now.Add(time.Second)
+	pass{u: u}.observe(now, RateLimits{}, 3*time.Second, true, true)
+	assert.Equal(t, "observed", u.pacer.String())
+	var turns []time.Duration
+	for i := 0; i < 4; i++ {
+		tn, _, _ := u.schedule(now, 0)
+		turns = append(turns, tn.at.Sub(now))
+	}
+	assert.Equal(t, []time.Duration{3 * time.Second, 3100 * time.Millisecond, 3200 * time.Millisecond, 3300 * time.Millisecond}, turns,
+		"after the hold, at the 10/s accepted")
+	at := now.Add(3 * time.Second)
+	pass{u: u, sent: 1}.observe(at, RateLimits{}, 0, false, true)
+	assert.InDelta(t, 20, u.rate, 1e-9, "requests wait and none is refused: the rate doubles")
+	pass{u: u}.observe(at.Add(200*time.Millisecond), RateLimits{}, 0, true, true)
+	assert.InDelta(t, 20*rateBackoff, u.rate, 1e-9, "a 429 cuts it")
+	assert.InDelta(t, 18, u.ceiling, 1e-9, "and caps the doubling below where it drew the 429")
 }
 
 func TestSlowStartLetsTheProbeGoAloneThenPaces(t *testing.T) {
@@ -326,8 +353,10 @@ func TestRateBoundsPerFamily(t *testing.T) {
 	}{
 		{"IETF policy states the rate", RateLimits{Requests: Quota{Limit: 100, HasLimit: true}, Window: time.Second}, 100, 100},
 		{"bucket with a precise reset", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 6, HasLimit: true, HasRemaining: true, Reset: now.Add(40 * time.Millisecond)}}, 75, 100},
-		{"bucket with a whole-second reset under a second away", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 6, HasLimit: true, HasRemaining: true, Reset: testStart.Add(time.Second)}}, 4, math.Inf(1)},
-		{"bucket with a whole-second reset further away", RateLimits{Replenishing: true, Requests: Quota{Limit: 100, Remaining: 0, HasLimit: true, HasRemaining: true, Reset: testStart.Add(3 * time.Second)}}, 99 / 2.75, 100 / 1.75},
+		// A coarse reset may be a second late (lo) or early (hi).
+		{"bucket with a whole-second reset under a second away", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 6, HasLimit: true, HasRemaining: true, Coarse: true, Reset: testStart.Add(time.Second)}}, 3 / 1.75, math.Inf(1)},
+		{"bucket with a whole-second reset further away", RateLimits{Replenishing: true, Requests: Quota{Limit: 100, Remaining: 0, HasLimit: true, HasRemaining: true, Coarse: true, Reset: testStart.Add(3 * time.Second)}}, 99 / 3.75, 100 / 1.75},
+		{"bucket with a whole-second reset cut down to now", RateLimits{Replenishing: true, Requests: Quota{Limit: 4, Remaining: 0, HasLimit: true, HasRemaining: true, Coarse: true, Reset: now}}, 3, math.Inf(1)},
 		{"fixed window running low", RateLimits{Requests: Quota{Limit: 5000, Remaining: 100, HasLimit: true, HasRemaining: true, Reset: now.Add(50 * time.Second)}}, 2, 2},
 		{"fixed window with plenty left", RateLimits{Requests: Quota{Limit: 5000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: now.Add(50 * time.Second)}}, 0, 0},
 		{"full bucket says nothing", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 10, HasLimit: true, HasRemaining: true, Reset: now}}, 0, 0},
@@ -356,9 +385,10 @@ func TestLearnedRateRecoversFromALowStart(t *testing.T) {
 	assert.Equal(t, 6.0, u.rate, "never above what a reading proves")
 	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1, true)
 	assert.InDelta(t, 6*1.02, u.rate, 1e-9, "low quota: a slow creep")
-	u.throttled(time.Unix(0, 0))
+	u.pacer.throttled(time.Unix(0, 0), true, 0)
 	assert.InDelta(t, 6*1.02*0.9, u.ceiling, 1e-9, "a 429 sets a ceiling")
-	assert.Equal(t, 5.0, u.rate, "and drops the rate, not below what was proven")
+	assert.InDelta(t, 6*1.02*rateBackoff, u.rate, 1e-9, "and drops the rate: a 429 disproves what readings seemed to prove")
+	assert.InDelta(t, u.rate, u.proven, 1e-9, "proven drops with it")
 	u.rate = u.nextRate(5.5, math.Inf(1), plenty, 2, 0.5, true)
 	assert.InDelta(t, 5.5, u.rate, 1e-9, "recovering")
 	u.rate = u.nextRate(0, math.Inf(1), plenty, 2, 0.5, true)
@@ -407,20 +437,20 @@ func TestAHoldPausesRequestsAlreadyWaitingForTheirSlot(t *testing.T) {
 }
 
 func TestBookedTurnsMoveWithThePace(t *testing.T) {
-	u := &upstream{phase: open, capacity: 1}
+	u := &upstream{phase: open, pacer: pacer{capacity: 1}}
 	now := testStart
-	u.setPaceLocked(now, 100*time.Millisecond)
+	u.setPace(now, 100*time.Millisecond)
 	var turns []turn
 	for i := 0; i < 4; i++ {
 		tn, _, _ := u.schedule(now, 0)
 		turns = append(turns, tn)
 	}
 	assert.Equal(t, 300*time.Millisecond, turns[3].at.Sub(now), "booked at 10/s")
-	_, quicker := u.recheck(now, &turns[3], 0)
+	_, quicker, _ := u.recheck(now, &turns[3], 0)
 	require.NotNil(t, quicker)
 
 	u.mu.Lock()
-	u.setPaceLocked(now, 10*time.Millisecond) // a reading says 100/s
+	u.setPace(now, 10*time.Millisecond) // a reading says 100/s
 	u.mu.Unlock()
 	select {
 	case <-quicker:
@@ -428,29 +458,29 @@ func TestBookedTurnsMoveWithThePace(t *testing.T) {
 		t.Fatal("a quicker pace wakes the requests waiting for their turn")
 	}
 	for i, tn := range turns[1:] {
-		at, _ := u.recheck(now, &tn, 0)
+		at, _, _ := u.recheck(now, &tn, 0)
 		assert.Equal(t, time.Duration(i+1)*10*time.Millisecond, at.Sub(now), "turn %d moved with the pace", i+1)
 	}
-	at, _ := u.recheck(now.Add(30*time.Millisecond), &turns[3], 0)
+	at, _, _ := u.recheck(now.Add(30*time.Millisecond), &turns[3], 0)
 	assert.True(t, at.IsZero(), "the last turn has come")
 }
 
 func TestASlowerPaceDoesNotWakeWaiters(t *testing.T) {
-	u := &upstream{phase: open, capacity: 1}
+	u := &upstream{phase: open, pacer: pacer{capacity: 1}}
 	now := testStart
-	u.setPaceLocked(now, 10*time.Millisecond)
+	u.setPace(now, 10*time.Millisecond)
 	u.schedule(now, 0)
 	tn, _, _ := u.schedule(now, 0)
-	_, quicker := u.recheck(now, &tn, 0)
+	_, quicker, _ := u.recheck(now, &tn, 0)
 	u.mu.Lock()
-	u.setPaceLocked(now, 20*time.Millisecond)
+	u.setPace(now, 20*time.Millisecond)
 	u.mu.Unlock()
 	select {
 	case <-quicker:
 		t.Fatal("woken by a slower pace")
 	default:
 	}
-	at, _ := u.recheck(now.Add(10*time.Millisecond), &tn, 0)
+	at, _, _ := u.recheck(now.Add(10*time.Millisecond), &tn, 0)
 	assert.Equal(t, 20*time.Millisecond, at.Sub(now), "a turn that came early under the old pace waits for the new one")
 }
 
@@ -511,18 +541,24 @@ func TestCoarseBucketProbesUpWhileItStaysFull(t *testing.T) {
 }
 
 func TestShortfallHoldsWhatTheBucketLacks(t *testing.T) {
-	u := &upstream{phase: open, coarse: true, limit: 10, proven: 100}
+	u := &upstream{phase: open, pacer: pacer{coarse: true, limit: 10, proven: 100}}
 	now := testStart
 	u.latest = reading{at: now, remaining: 3, sent: 5}
 	u.sent = 5
-	assert.Zero(t, u.shortfallLocked(now), "3 left: one can go, keeping a unit of headroom")
+	assert.Zero(t, u.shortfall(now, 1), "3 left: one can go, keeping a unit of headroom")
 	u.sent = 7
-	assert.Equal(t, 10*time.Millisecond, u.shortfallLocked(now), "1 left after two more: wait for one unit at 100/s")
-	assert.Zero(t, u.shortfallLocked(now.Add(10*time.Millisecond)))
+	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 2), "1 left after two more: wait for one unit at 100/s")
+	assert.Zero(t, u.shortfall(now.Add(10*time.Millisecond), 2))
+	u.rejected = 1
+	assert.Zero(t, u.shortfall(now, 2), "a 429 among them took nothing: 2 left")
+	u.rejected, u.sent = 0, 12
+	assert.Equal(t, 60*time.Millisecond, u.shortfall(now, 7), "6 short with 7 out: wait for the refill")
+	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 0),
+		"nothing out: at most one unit, so a wrong model cannot keep the upstream idle")
 }
 
 func TestExhaustedReplenishingQuotaWaitsForOneUnitOnceTheRateIsProven(t *testing.T) {
-	u := &upstream{phase: open, proven: 50}
+	u := &upstream{phase: open, pacer: pacer{proven: 50}}
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(anthropicHeaders(10, 0, now.Add(time.Second)), now), 0, false, true)
 	assert.Equal(t, 20*time.Millisecond, u.heldUntil.Sub(now), "one unit at 50/s, not the whole second to full")
@@ -562,8 +598,8 @@ func waitForProjectedTurn(t *testing.T) (*fakeclock.Clock, *upstream, chan error
 	t.Helper()
 	clk := fakeclock.New(time.Now()) // the deadline's context runs on the real clock
 	rt := New(sequence(step{status: 200}), WithClock(clk), WithMaxQueueWait(5*time.Second))
-	u := &upstream{phase: open, capacity: 1}
-	u.setPaceLocked(clk.Now(), time.Second)
+	u := &upstream{phase: open, pacer: pacer{capacity: 1}}
+	u.setPace(clk.Now(), time.Second)
 	for i := 0; i < 30; i++ {
 		u.schedule(clk.Now(), 0)
 	}
@@ -587,7 +623,7 @@ func waitForProjectedTurn(t *testing.T) (*fakeclock.Clock, *upstream, chan error
 func TestAProjectedTurnIsWaitedForAndMovesWithThePace(t *testing.T) {
 	clk, u, done := waitForProjectedTurn(t)
 	u.mu.Lock()
-	u.setPaceLocked(clk.Now(), 100*time.Millisecond) // a reading: 10/s
+	u.setPace(clk.Now(), 100*time.Millisecond) // a reading: 10/s
 	u.mu.Unlock()
 	// Woken by the quicker pace, it now waits for its turn 3.1s away.
 	require.Eventually(t, func() bool { return clk.Pending() == 1 && len(done) == 0 }, 5*time.Second, time.Millisecond)

@@ -1,0 +1,567 @@
+package retryhttp
+
+import (
+	"math"
+	"time"
+)
+
+// The pacer spaces the attempts to one upstream at the rate it allows.
+//
+// It is a virtual-time token bucket (GCRA) whose rate comes from what the
+// server says and what it does. It keeps its own clock, counted in slots
+// (one per interval) rather than in time: a request waiting for its turn
+// holds a slot number, so when the rate changes every queued request moves
+// with it, and a queue booked at a cautious first guess speeds up as soon as
+// the rate is known.
+//
+// Where the rate comes from is the pacer's mode (see paceMode):
+//
+//   - PaceStated: the headers state it finely: an IETF policy (q per w), or
+//     a token bucket whose reset is a relative duration (OpenAI).
+//   - PaceMeasured: the headers only bound it: a bucket whose reset is a
+//     whole-second absolute time (Anthropic), or a fixed window running
+//     low. The refill is measured from the drain of the remaining count
+//     between readings, and each attempt passes a last check against a
+//     model of the bucket (shortfall).
+//   - PaceObserved: the server sends no usable rate-limit state, only 429s,
+//     or its statements are contradicted by what it does. The rate is the
+//     one the server is seen to accept: it starts from the successes of the
+//     last second, doubles while no 429 comes and requests are waiting,
+//     then rises slowly; a 429 cuts it (never below 95% of what was
+//     accepted over the last second), as TCP does on loss.
+//
+// Every method takes the time now, so the whole pacer runs in simulated
+// time in tests. It is not safe for concurrent use: the upstream's lock
+// guards it.
+//
+// Bounded trust: the interval between two attempts is never longer than
+// the pacer's bound (WithMaxRetryAfter), whatever a server said.
+type pacer struct {
+	mode paceMode
+	// bound is the longest interval the pacer may impose; 0: no bound.
+	bound time.Duration
+
+	// The pace clock reads anchorV at anchorAt and advances one slot per
+	// interval; interval 0 means not paced.
+	interval time.Duration
+	capacity float64
+	anchorAt time.Time
+	anchorV  float64
+	tatV     float64       // the theoretical arrival time, in slots
+	quicker  chan struct{} // closed when the pace quickens; nil until asked for
+	quickOf  time.Duration // the interval quicker was made at
+
+	rate     float64 // the rate (per second) requests are paced at, before margins
+	ceiling  float64 // below the rate that last drew a 429; 0: none yet
+	proven   float64 // the highest lower bound on the rate readings gave since the last 429
+	sent     uint64  // attempts sent so far; orders responses against sends
+	rejected uint64  // 429s seen so far: sends the server did not count
+	mark     reading // where the current drain measurement starts
+	latest   reading // the reading that covers the most attempts sent
+	limit    int64   // the quota's size, as the latest reading gave it
+	coarse   bool    // the quota is a coarse bucket (see coarseBucket)
+	firm     bool    // the pace is what the server stated (see turn.firm)
+	measured bool    // a drain measurement has stated the rate
+
+	accepts  acceptCounter // successes, for the observed mode
+	grewAt   time.Time     // when the observed rate last rose
+	lastNoes time.Time     // when the last 429 came
+}
+
+// paceMode is where the pacer's rate comes from.
+type paceMode int
+
+const (
+	// paceOff: requests are not paced.
+	paceOff paceMode = iota
+	// paceStated: the headers state the rate.
+	paceStated
+	// paceMeasured: the headers bound the rate; the drain measures it.
+	paceMeasured
+	// paceObserved: 429s and successes give the rate.
+	paceObserved
+)
+
+func (m paceMode) String() string {
+	switch m {
+	case paceOff:
+		return "off"
+	case paceStated:
+		return "stated"
+	case paceMeasured:
+		return "measured"
+	case paceObserved:
+		return "observed"
+	}
+	return "unknown"
+}
+
+const (
+	// paceMargin is the share of a stated rate used, so that timing noise
+	// between here and the server does not turn into 429s.
+	paceMargin = 0.95
+	// headroom is how many units of the server's remaining quota are left
+	// unused, so a response never reports exactly zero while paced.
+	headroom = 1
+	// rateCreep is how much the learned rate may rise per reading that does
+	// not contradict it; rateRecover, when more than half the quota remains.
+	rateCreep   = 1.02
+	rateRecover = 1.1
+	// rateBackoff is what a 429 leaves of the rate.
+	rateBackoff = 0.7
+	// drainSpan and drainCount are the least time and admissions a drain
+	// measurement spans (see measure); drainSpanMax the most, so the
+	// measure follows a rate that changes.
+	drainSpan    = 100 * time.Millisecond
+	drainCount   = 4
+	drainSpanMax = time.Second
+	// growEvery is how often the observed rate may rise; below the
+	// ceiling a 429 left it doubles, above it it creeps by growCreep.
+	growEvery = 100 * time.Millisecond
+	growCreep = 1.02
+	// observedFor is how long the observed mode outlives the last 429:
+	// a server that has stopped refusing is not paced by old refusals.
+	observedFor = 30 * time.Second
+)
+
+// String names the mode, for logs and Stats.
+func (p *pacer) String() string { return p.mode.String() }
+
+// paced reports whether attempts are spaced.
+func (p *pacer) paced() bool { return p.interval > 0 }
+
+// slotsAt reads the pace clock at t.
+func (p *pacer) slotsAt(t time.Time) float64 {
+	return p.anchorV + float64(t.Sub(p.anchorAt))/float64(p.interval)
+}
+
+// timeOf is when the pace clock reads v, at the current pace.
+func (p *pacer) timeOf(v float64) time.Time {
+	return p.anchorAt.Add(time.Duration(math.Ceil((v - p.anchorV) * float64(p.interval))))
+}
+
+// binding reports whether requests are waiting on the pace at now.
+func (p *pacer) binding(now time.Time) bool {
+	return p.interval > 0 && p.tatV > p.slotsAt(now)
+}
+
+// book books the next paced slot at or after start and returns its turn;
+// not paced, start itself.
+func (p *pacer) book(start time.Time) turn {
+	if p.interval <= 0 {
+		return turn{at: start, firm: true}
+	}
+	v, moved := p.gcra(p.slotsAt(start))
+	if moved {
+		start = p.timeOf(v)
+	}
+	return turn{at: start, v: v, paced: true, firm: p.firm}
+}
+
+// gcra books the next paced slot at or after slot v; moved reports that it
+// is later than v.
+func (p *pacer) gcra(v float64) (slot float64, moved bool) {
+	if earliest := p.tatV - (p.capacity - 1); earliest > v {
+		v, moved = earliest, true
+	}
+	p.tatV = max(p.tatV, v) + 1
+	return v, moved
+}
+
+// quickerFor returns the channel closed when the pace quickens, for a
+// request waiting on a paced turn; nil for any other.
+func (p *pacer) quickerFor(t turn) <-chan struct{} {
+	if !t.paced {
+		return nil
+	}
+	if p.quicker == nil {
+		p.quicker, p.quickOf = make(chan struct{}), p.interval
+	}
+	return p.quicker
+}
+
+// setPace sets the pace to one slot per interval from now on (0: off),
+// within the bound. Booked slots keep their numbers, so they move with the
+// pace; requests waiting on them are told when it quickens by a tenth or
+// more.
+func (p *pacer) setPace(now time.Time, interval time.Duration) {
+	if p.bound > 0 && interval > p.bound {
+		interval = p.bound
+	}
+	if interval == p.interval {
+		return
+	}
+	switch {
+	case interval <= 0:
+		p.anchorV, p.tatV = 0, 0
+	case p.interval > 0:
+		p.anchorV = p.slotsAt(now)
+	default:
+		p.anchorV, p.tatV = 0, 0
+	}
+	p.anchorAt, p.interval = now, interval
+	if p.quicker != nil && (interval <= 0 || interval*10 <= p.quickOf*9) {
+		close(p.quicker)
+		p.quicker = nil
+	}
+}
+
+// shortfall is how long until a coarse bucket surely holds a unit beyond
+// the headroom for one more attempt, by the latest reading, the attempts
+// sent since (less those the server refused) and the refill rate proven so
+// far; 0 when it does now. It is the last check before a paced attempt
+// goes: a pace that probes above the true rate drains the headroom, never
+// the bucket. inFlight is how many attempts are out: with none, the
+// shortfall is at most one unit at the proven rate, so a model that is
+// wrong cannot keep the upstream idle (the answer corrects it).
+func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
+	l := p.latest
+	if !p.coarse || p.proven <= 0 || l.at.IsZero() {
+		return 0
+	}
+	refilled := p.proven * now.Sub(l.at).Seconds()
+	spent := float64(p.sent-l.sent) - float64(p.rejected-l.rejected)
+	have := min(float64(l.remaining)+refilled, float64(p.limit)) - max(spent, 0)
+	short := float64(headroom+1) - have
+	if short <= 0 {
+		return 0
+	}
+	if inFlight == 0 {
+		short = min(short, 1)
+	}
+	return time.Duration(short / p.proven * float64(time.Second))
+}
+
+// paceOf is the interval between paced slots for a rate: a stated rate is
+// kept paceMargin under; a measured or observed one is used as it is (the
+// shortfall check and the 429s guard it).
+func (p *pacer) paceOf(rate float64) time.Duration {
+	if rate <= 0 {
+		return 0
+	}
+	if p.coarse || p.mode == paceObserved {
+		return time.Duration(float64(time.Second) / rate)
+	}
+	return time.Duration(float64(time.Second) / (rate * paceMargin))
+}
+
+// answered counts one attempt's answer: a success (served, not refused)
+// feeds the observed rate.
+func (p *pacer) answered(now time.Time, throttled bool) {
+	if throttled {
+		p.rejected++
+		p.lastNoes = now
+		return
+	}
+	p.accepts.add(now)
+	if p.mode != paceObserved {
+		return
+	}
+	if now.Sub(p.lastNoes) > observedFor {
+		p.forget(now) // the server stopped refusing long ago
+		return
+	}
+	if p.binding(now) && now.Sub(p.grewAt) >= growEvery {
+		p.grewAt = now
+		if p.ceiling == 0 || p.rate*2 <= p.ceiling {
+			p.rate *= 2
+		} else {
+			p.rate = max(min(p.rate*2, p.ceiling), p.rate*growCreep)
+		}
+		p.setPace(now, p.paceOf(p.rate))
+	}
+}
+
+// forget drops the pace: nothing learned is kept.
+func (p *pacer) forget(now time.Time) {
+	sent, rejected, accepts, bound := p.sent, p.rejected, p.accepts, p.bound
+	if p.quicker != nil {
+		close(p.quicker)
+	}
+	*p = pacer{sent: sent, rejected: rejected, accepts: accepts, bound: bound}
+}
+
+// throttled reacts to a 429. stated reports that the response carried
+// rate-limit state (learn has it); hint is the wait the server named, 0 if
+// none. A pacer that was off starts observing at the rate accepted over the
+// last second (or the one a sub-second hint implies); one that was on
+// drops its rate by rateBackoff, not below 95% of what the server accepted
+// over the last second, and never again rises above nine tenths of it.
+func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration) {
+	accepted := p.accepts.perSecond(now)
+	if p.rate == 0 {
+		if stated {
+			return // learn sets the pace from the reading
+		}
+		p.mode, p.capacity, p.grewAt = paceObserved, 1, now
+		p.rate = max(accepted, 1)
+		if hint > 0 && hint < time.Second {
+			p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
+		}
+		p.setPace(now, p.paceOf(p.rate))
+		return
+	}
+	p.ceiling = p.rate * 0.9
+	p.rate = max(p.rate*rateBackoff, 0.95*accepted)
+	p.proven = min(p.proven, p.rate) // a 429 disproves what was thought proven
+	p.grewAt = now
+	p.setPace(now, p.paceOf(p.rate))
+}
+
+// unitAfter is how long the next unit of quota surely takes: at the
+// proven rate, or in the observed mode at the rate the server accepts; 0
+// when the pacer knows none.
+func (p *pacer) unitAfter() time.Duration {
+	r := p.proven
+	if p.mode == paceObserved {
+		r = p.rate
+	}
+	if r <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Second) / r)
+}
+
+// learn updates the pace from a response's rate-limit state. sent is the
+// attempt the response answers.
+func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
+	if p.mode == paceObserved {
+		// The headers were found wanting; the refusals pace. What they
+		// say remains still keeps the bucket from being overrun.
+		p.syncRemaining(now, l.Requests, sent)
+		return
+	}
+	q := l.Requests
+	coarse := coarseBucket(l)
+	if coarse {
+		p.coarse, p.limit = true, q.Limit
+		if sent >= p.latest.sent {
+			p.latest = reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected}
+		}
+	}
+	lo, hi := rateBounds(now, l)
+	if hi > 0 || coarse {
+		binding := p.binding(now)
+		if coarse && p.rate > 0 {
+			p.measure(now, q, sent, lo, hi, binding)
+			p.rate = max(p.rate, p.proven)
+		} else {
+			p.rate = p.nextRate(lo, hi, q, float64(q.Limit-q.Remaining), q.Reset.Sub(now).Seconds(), binding)
+		}
+		p.firm = l.Window > 0 || (l.Replenishing && !coarse)
+		p.mode = paceMeasured
+		if p.firm {
+			p.mode = paceStated
+		}
+		p.setPace(now, p.paceOf(p.rate))
+		p.capacity = 1
+		if q.HasLimit && q.Limit > headroom+1 {
+			p.capacity = float64(q.Limit - headroom)
+		}
+	}
+	p.syncRemaining(now, q, sent)
+}
+
+// syncRemaining keeps the pace clock in step with what the server says
+// remains. Requests sent after this one had not reached the server when it
+// answered: what it says remains is theirs too.
+func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
+	if p.interval <= 0 || !q.HasRemaining {
+		return
+	}
+	unseen := float64(p.sent - sent)
+	available := float64(q.Remaining-headroom) - unseen
+	p.tatV = max(p.tatV, p.slotsAt(now)+(p.capacity-1)+(1-available))
+}
+
+// coarseBucket reports a replenishing quota whose reset, in whole seconds,
+// is too coarse to state the refill rate (Anthropic's RFC 3339 resets): a
+// bucket that refills in 100 ms says "full by the next second".
+func coarseBucket(l RateLimits) bool {
+	q := l.Requests
+	return l.Replenishing && l.Window == 0 && q.HasLimit && q.HasRemaining &&
+		q.Limit > headroom+1 && !q.Reset.IsZero() && q.Coarse
+}
+
+// reading is one response's word on a coarse bucket, the start of a drain
+// measurement.
+type reading struct {
+	at        time.Time
+	remaining int64
+	sent      uint64 // the attempt the reading answers
+	rejected  uint64 // 429s seen by then
+	full      bool   // the bucket was (nearly) full: refill may be lost to the cap
+}
+
+// measure learns a coarse bucket's refill rate from two readings: what
+// remains now, less what remained at the mark, plus what the server took in
+// between (admissions, less those it refused), over the time between.
+// Remaining is rounded down, so the measure is within one unit; it is exact
+// only while the bucket stayed below full, since a full bucket throws refill
+// away. Hence:
+//
+//   - both readings below full: the measure states the rate;
+//   - otherwise it is only a lower bound. While the pace holds requests back
+//     and the bucket stays full, the rate is probed upward: before the first
+//     measure by as much as half the quota could absorb over the span (a
+//     bucket of 10 read every 100 ms allows +50/s a step), after it by
+//     rateCreep, so the pace settles just under the truth.
+func (p *pacer) measure(now time.Time, q Quota, sent uint64, lo, hi float64, binding bool) {
+	r := reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected, full: q.Remaining >= q.Limit-1}
+	p.proven = max(p.proven, lo)
+	m := p.mark
+	span := now.Sub(m.at)
+	n := float64(sent-m.sent) - float64(r.rejected-m.rejected)
+	switch {
+	case m.at.IsZero() || sent <= m.sent || span > drainSpanMax:
+		p.mark = r
+		return
+	case span < drainSpan:
+		if m.full && !r.full {
+			p.mark = r // measure from the first reading below full
+		}
+		return
+	}
+	taken := float64(r.remaining-m.remaining) + n // refill over the span, ±1
+	p.proven = max(p.proven, (taken-1)/span.Seconds())
+	switch {
+	case !m.full && !r.full && n >= drainCount:
+		p.rate = taken / span.Seconds()
+		p.measured = true
+		return // keep the mark: a longer span measures finer
+	case !m.full && !r.full:
+		return // too few attempts yet to tell the rate
+	case r.full && binding:
+		// A measure can come out low (a reading delayed on its way
+		// here stretches its span), and a full bucket says so: probe
+		// up again. The shortfall check keeps the probing from
+		// emptying the bucket.
+		p.rate *= 2
+	}
+	if p.ceiling > 0 {
+		p.rate = min(p.rate, p.ceiling)
+	}
+	p.mark = r
+	if hi > 0 && !math.IsInf(hi, 1) {
+		p.rate = min(p.rate, hi)
+	}
+	p.rate = max(p.rate, p.proven)
+}
+
+// nextRate folds one reading's bounds on the refill rate into the learned
+// rate. The highest lower bound read since the last 429 is kept (proven);
+// while the pace is what holds requests back, the rate rises from there (by
+// rateCreep a reading, faster when more than half the quota remains, so an
+// estimate that started low recovers), and it never leaves the bounds: hi,
+// and the ceiling a 429 set.
+func (p *pacer) nextRate(lo, hi float64, q Quota, missing, left float64, binding bool) float64 {
+	p.proven = max(p.proven, lo)
+	rate := p.rate
+	switch {
+	case rate == 0 && !math.IsInf(hi, 1):
+		rate = hi
+	case rate == 0 && left > 0:
+		rate = max(missing/left, 1) // a guess, below the truth: the reset may be late
+	case rate == 0:
+		rate = max(missing, 1)
+	case !binding:
+		// The pace holds nobody back: a higher rate would prove nothing.
+	case q.HasLimit && q.HasRemaining && q.Remaining*2 > q.Limit:
+		rate *= rateRecover
+	default:
+		rate *= rateCreep
+	}
+	if p.ceiling > 0 {
+		hi = min(hi, p.ceiling)
+	}
+	return max(min(rate, hi), p.proven)
+}
+
+// rateBounds returns what the headers prove about the request rate (per
+// second) the upstream allows, as bounds lo <= rate <= hi; hi is +Inf when
+// nothing caps it and 0 when the headers imply no rate at all.
+//
+//   - A policy quota over its window (IETF) states the rate.
+//   - A token bucket (OpenAI, Anthropic: Reset is when it is full again)
+//     misses between Limit-Remaining-1 and Limit-Remaining units (Remaining
+//     is rounded down), refilled in the time to Reset. A coarse reset
+//     (whole seconds, cut up or down, read against a Date that is itself
+//     cut down) may be a second early or late: lo assumes it a second late,
+//     hi a second early (unbounded when that leaves no time at all).
+//   - A fixed window running low (under a quarter left) is spread over the
+//     time left: Remaining over the time to Reset.
+func rateBounds(now time.Time, l RateLimits) (lo, hi float64) {
+	q := l.Requests
+	if l.Window > 0 && q.HasLimit && q.Limit > 0 {
+		r := float64(q.Limit) / l.Window.Seconds()
+		return r, r
+	}
+	left := q.Reset.Sub(now).Seconds()
+	if !q.HasRemaining || !q.HasLimit || q.Reset.IsZero() {
+		return 0, 0
+	}
+	if !l.Replenishing {
+		if left > 0 && q.Remaining*4 < q.Limit && q.Remaining > 0 {
+			r := float64(q.Remaining) / left
+			return r, r
+		}
+		return 0, 0
+	}
+	if q.Limit <= q.Remaining {
+		return 0, 0
+	}
+	missing := float64(q.Limit - q.Remaining)
+	if q.Coarse {
+		lo = max(missing-1, 0) / (max(left, 0) + 1)
+		hi = math.Inf(1)
+		if left > 1 {
+			hi = missing / (left - 1)
+		}
+		return lo, hi
+	}
+	if left <= 0 {
+		return 0, 0
+	}
+	return max(missing-1, 0) / left, missing / left
+}
+
+// acceptCounter counts successes over about the last second, in ten
+// buckets of a tenth, so the observed mode can tell the rate the server
+// accepted.
+type acceptCounter struct {
+	at     time.Time // the start of the newest bucket
+	counts [10]int
+	head   int
+}
+
+const acceptBucket = 100 * time.Millisecond
+
+func (a *acceptCounter) roll(now time.Time) {
+	if a.at.IsZero() {
+		a.at = now
+		return
+	}
+	for n := 0; now.Sub(a.at) >= acceptBucket && n < len(a.counts); n++ {
+		a.head = (a.head + 1) % len(a.counts)
+		a.counts[a.head] = 0
+		a.at = a.at.Add(acceptBucket)
+	}
+	if now.Sub(a.at) >= acceptBucket { // idle for over a second
+		a.at = now
+	}
+}
+
+func (a *acceptCounter) add(now time.Time) {
+	a.roll(now)
+	a.counts[a.head]++
+}
+
+// perSecond is the successes of the last second.
+func (a *acceptCounter) perSecond(now time.Time) float64 {
+	a.roll(now)
+	n := 0
+	for _, c := range a.counts {
+		n += c
+	}
+	return float64(n)
+}
