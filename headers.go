@@ -18,6 +18,12 @@ import (
 // three decades (see ParseRetryAfter).
 const epochFloor = 1_000_000_000
 
+// maxDelaySeconds is the largest number read only as a delay: a number
+// beyond a year of seconds that lies within a year of now's Unix time is
+// that time (the rule epochFloor states for today's clocks, which also holds
+// for a clock that reads earlier, as a test's simulated one may).
+const maxDelaySeconds = 366 * 24 * 3600
+
 // maxServerWait caps parsed waits so arithmetic on them cannot overflow; any
 // real limit (WithMaxRetryAfter) is far below it.
 const maxServerWait = 100 * 365 * 24 * time.Hour
@@ -133,7 +139,7 @@ func parseDelaySeconds(v string, now time.Time) time.Duration {
 	if err != nil { // more digits than int64 holds
 		return maxServerWait
 	}
-	if n >= epochFloor && looksLikeEpoch(n, now) {
+	if n >= epochFloor && looksLikeEpoch(n, now) || n > maxDelaySeconds && looksLikeEpoch(n, now) {
 		return untilTime(time.Unix(n, 0), now)
 	}
 	return clampWait(float64(n) * float64(time.Second))
@@ -629,7 +635,7 @@ func resetFromNumber(intPart, frac string, now time.Time) (reset time.Time, epoc
 			return clampReset(time.UnixMilli(n).Add(fracOf(frac, time.Millisecond)), now), false
 		}
 	}
-	if n >= epochFloor && looksLikeEpoch(n, now) {
+	if n > maxDelaySeconds && looksLikeEpoch(n, now) {
 		return clampReset(time.Unix(n, int64(fracOf(frac, time.Second))), now), true
 	}
 	if n >= int64(maxServerWait/time.Second) {

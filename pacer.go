@@ -66,6 +66,8 @@ type pacer struct {
 	accepts  acceptCounter // successes, for the observed mode
 	grewAt   time.Time     // when the observed rate last rose
 	lastNoes time.Time     // when the last 429 came
+	cutSent  uint64        // the attempts sent when the rate was last cut
+	since    time.Time     // when the observed mode began
 }
 
 // paceMode is where the pacer's rate comes from.
@@ -118,7 +120,7 @@ const (
 	// growEvery is how often the observed rate may rise; below the
 	// ceiling a 429 left it doubles, above it it creeps by growCreep.
 	growEvery = 100 * time.Millisecond
-	growCreep = 1.02
+	growCreep = 1.005
 	// observedFor is how long the observed mode outlives the last 429:
 	// a server that has stopped refusing is not paced by old refusals.
 	observedFor = 30 * time.Second
@@ -254,22 +256,31 @@ func (p *pacer) answered(now time.Time, throttled bool) {
 		return
 	}
 	p.accepts.add(now)
-	if p.mode != paceObserved {
-		return
-	}
-	if now.Sub(p.lastNoes) > observedFor {
+	if p.mode == paceObserved && now.Sub(p.lastNoes) > observedFor {
 		p.forget(now) // the server stopped refusing long ago
 		return
 	}
-	if p.binding(now) && now.Sub(p.grewAt) >= growEvery {
-		p.grewAt = now
-		if p.ceiling == 0 || p.rate*2 <= p.ceiling {
-			p.rate *= 2
-		} else {
-			p.rate = max(min(p.rate*2, p.ceiling), p.rate*growCreep)
-		}
-		p.setPace(now, p.paceOf(p.rate))
+	p.grow(now)
+}
+
+// grow raises the observed rate while requests wait on it and no 429 has
+// come for a growEvery: it doubles up to the ceiling the last 429 left (or
+// without one, before the first cut), then creeps by growCreep, so the
+// pace finds more capacity when the server has it.
+func (p *pacer) grow(now time.Time) {
+	if p.mode != paceObserved || !p.binding(now) || now.Sub(p.grewAt) < growEvery || now.Sub(p.lastNoes) < growEvery {
+		return
 	}
+	p.grewAt = now
+	switch {
+	case p.ceiling == 0:
+		p.rate *= 2
+	case p.rate < p.ceiling:
+		p.rate = min(p.rate*2, p.ceiling)
+	default:
+		p.rate *= growCreep
+	}
+	p.setPace(now, p.paceOf(p.rate))
 }
 
 // forget drops the pace: nothing learned is kept.
@@ -287,13 +298,20 @@ func (p *pacer) forget(now time.Time) {
 // last second (or the one a sub-second hint implies); one that was on
 // drops its rate by rateBackoff, not below 95% of what the server accepted
 // over the last second, and never again rises above nine tenths of it.
-func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration) {
+//
+// The rate is cut once per round trip, as TCP does once per window: a 429
+// answering an attempt sent before the last cut says nothing new.
+func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent uint64) {
 	accepted := p.accepts.perSecond(now)
+	if p.rate > 0 && sent > 0 && sent <= p.cutSent {
+		return
+	}
+	p.cutSent = p.sent
 	if p.rate == 0 {
 		if stated {
 			return // learn sets the pace from the reading
 		}
-		p.mode, p.capacity, p.grewAt = paceObserved, 1, now
+		p.mode, p.capacity, p.grewAt, p.since = paceObserved, 1, now, now
 		p.rate = max(accepted, 1)
 		if hint > 0 && hint < time.Second {
 			p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
@@ -301,7 +319,17 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration) {
 		p.setPace(now, p.paceOf(p.rate))
 		return
 	}
-	p.ceiling = p.rate * 0.9
+	switch {
+	case p.mode == paceObserved && now.Sub(p.since) < time.Second:
+		// Too soon to tell the server's rate from its successes: the
+		// doubling goes on from the cut.
+	case p.mode == paceObserved:
+		// Sent above what the server takes for a second, the successes
+		// of that second are its rate: come back up to them.
+		p.ceiling = max(accepted, p.rate*rateBackoff)
+	default:
+		p.ceiling = p.rate * 0.9
+	}
 	p.rate = max(p.rate*rateBackoff, 0.95*accepted)
 	p.proven = min(p.proven, p.rate) // a 429 disproves what was thought proven
 	p.grewAt = now

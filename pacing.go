@@ -149,6 +149,7 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 		u.waiters = append(u.waiters, w)
 		return turn{at: u.rampAt(w.n), reprobes: u.reprobes}, w, pass{u: u}
 	}
+	u.grow(now)
 	t = u.turnAt(u.afterHold(now, jitter))
 	u.free.Store(u.interval == 0 && u.limits == nil && !u.heldUntil.After(now) && u.reprobeAt.IsZero())
 	return t, nil, pass{u: u}
@@ -344,7 +345,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if u.rate == 0 && !limits.Known() {
 			u.seedAccepts(now)
 		}
-		u.pacer.throttled(now, limits.Known(), hold)
+		u.pacer.throttled(now, limits.Known(), hold, p.sent)
 		if knew > 0 {
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
@@ -367,14 +368,16 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	return held
 }
 
-// seedAccepts gives the accept counter of a pacer that has not counted yet
-// (the upstream was free, and free upstreams count nothing) what the
-// counters say: the successes so far, if the upstream is under a second old.
+// seedAccepts gives the accept counter what the upstream's counters say
+// when they say more (a free upstream counts nothing in the pacer): the
+// successes so far, if the upstream is under a second old.
 func (u *upstream) seedAccepts(now time.Time) {
-	if u.accepts.at.IsZero() && now.Sub(u.born) < time.Second {
-		ok := u.stats.attempts.Load() - u.stats.throttled.Load() - u.stats.failures.Load()
-		u.accepts.at = now
-		u.accepts.counts[0] = int(ok)
+	if now.Sub(u.born) >= time.Second {
+		return
+	}
+	ok := int(u.stats.attempts.Load()) - int(u.stats.throttled.Load()) - int(u.stats.failures.Load())
+	if have := u.accepts.perSecond(now); float64(ok) > have {
+		u.accepts.counts[u.accepts.head] += ok - int(have)
 	}
 }
 

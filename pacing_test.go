@@ -122,9 +122,10 @@ func TestA429WithoutHeadersPacesAtTheAcceptedRate(t *testing.T) {
 	at := now.Add(3 * time.Second)
 	pass{u: u, sent: 1}.observe(at, RateLimits{}, 0, false, true)
 	assert.InDelta(t, 20, u.rate, 1e-9, "requests wait and none is refused: the rate doubles")
-	pass{u: u}.observe(at.Add(200*time.Millisecond), RateLimits{}, 0, true, true)
+	pass{u: u, sent: 1}.observe(at.Add(200*time.Millisecond), RateLimits{}, 0, true, true)
 	assert.InDelta(t, 20*rateBackoff, u.rate, 1e-9, "a 429 cuts it")
-	assert.InDelta(t, 18, u.ceiling, 1e-9, "and caps the doubling below where it drew the 429")
+	assert.InDelta(t, 14, u.ceiling, 1e-9,
+		"and caps the doubling where it was cut (the one success of the last second says less)")
 }
 
 func TestSlowStartLetsTheProbeGoAloneThenPaces(t *testing.T) {
@@ -385,7 +386,7 @@ func TestLearnedRateRecoversFromALowStart(t *testing.T) {
 	assert.Equal(t, 6.0, u.rate, "never above what a reading proves")
 	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1, true)
 	assert.InDelta(t, 6*1.02, u.rate, 1e-9, "low quota: a slow creep")
-	u.pacer.throttled(time.Unix(0, 0), true, 0)
+	u.pacer.throttled(time.Unix(0, 0), true, 0, 1)
 	assert.InDelta(t, 6*1.02*0.9, u.ceiling, 1e-9, "a 429 sets a ceiling")
 	assert.InDelta(t, 6*1.02*rateBackoff, u.rate, 1e-9, "and drops the rate: a 429 disproves what readings seemed to prove")
 	assert.InDelta(t, u.rate, u.proven, 1e-9, "proven drops with it")
