@@ -93,7 +93,9 @@ type goodputContender struct {
 // goodputContenders returns each library as its users get it out of the box:
 // default settings, nothing tuned for this provider. Only go-retryablehttp's
 // logger is silenced (it writes a line per attempt to stderr) and its inner
-// client is pointed at the shared base transport kind.
+// client is pointed at the shared base transport kind. resty and rehttp have
+// no retry defaults (resty retries nothing until told to, rehttp has no
+// policy until given one): they get the usual setup, in peers_test.go.
 func goodputContenders() []goodputContender {
 	return []goodputContender{
 		{"bare", func(base http.RoundTripper) http.RoundTripper { return base }},
@@ -108,6 +110,8 @@ func goodputContenders() []goodputContender {
 			// waiting Retry-After on 429/503 and not at all otherwise.
 			return failsafehttp.NewRoundTripper(base, failsafehttp.NewRetryPolicyBuilder().Build())
 		}},
+		{"resty", newResty},   // resty v2: 5 retries of errors, 429 and 5xx; 100 ms..2 s jittered backoff
+		{"rehttp", newRehttp}, // 5 retries of temporary errors, 429 and 5xx; 1 s full-jitter backoff
 		{"retryhttp", func(base http.RoundTripper) http.RoundTripper { return retryhttp.New(base) }},
 	}
 }

@@ -87,7 +87,9 @@ type contender struct {
 
 // contenders wraps base in each library with its default policy (failsafe-go
 // gets retryhttp's backoff and retry count, since its builder has no
-// backoff by default). No retry happens in these runs: the stub answers 200.
+// backoff by default; resty and rehttp the setup of peers_test.go, resty
+// through the adapter that lets it stand in for a RoundTripper). No retry
+// happens in these runs: the stub answers 200.
 func contenders(base http.RoundTripper) []contender {
 	rc := retryablehttp.NewClient()
 	rc.Logger = nil // its default logger writes a line per request to stderr
@@ -103,6 +105,8 @@ func contenders(base http.RoundTripper) []contender {
 		{"retryhttp", retryhttp.New(base)},
 		{"retryablehttp", &retryablehttp.RoundTripper{Client: rc}},
 		{"failsafe", failsafehttp.NewRoundTripper(base, fs)},
+		{"resty", newResty(base)},
+		{"rehttp", newRehttp(base)},
 	}
 }
 
