@@ -45,6 +45,36 @@
 // drained (up to 64 KiB) and closed so connections are reused; response
 // bodies are never buffered, so streams pass straight through.
 //
+// # What is learned from a server, and how far it is trusted
+//
+// Real servers are not tidy: their clocks are seconds off, they cut
+// whole-second resets down as often as up, most send no rate-limit headers
+// at all, and some send absurd values. Adaptation must never make things
+// worse than a plain retry loop, so four rules hold:
+//
+//   - Bounded trust: no state learned from a server (a hold, a pace, a quota
+//     reading) keeps an upstream from being tried for longer than
+//     WithMaxRetryAfter (60s by default). A hold cut to that bound ends in
+//     a new probe: one request goes and its answer decides. A request that
+//     cannot wait for its own turn still fails at once with ErrRateLimited
+//     and RetryAt.
+//   - The server's clock: absolute times (RFC 3339 and epoch resets,
+//     Retry-After dates) are read against the response's Date header (see
+//     ServerNow) and treated as good to about a second (Quota.Coarse). A
+//     reset at or before the server's now means now.
+//   - Observations beat statements: 429s lower the pace (once per round
+//     trip, as TCP does on loss) and lower what readings seemed to prove;
+//     once the server is seen to accept, a 429's hold lasts one unit at the
+//     accepted rate rather than a coarse Retry-After.
+//   - No headers: after a 429 the upstream is paced at the rate the server
+//     was seen to accept over the last second, doubling while requests wait
+//     and none is refused, cut on a 429 (see the pacer's modes: off,
+//     stated, measured, observed). Retry-After stays a floor for the
+//     request that got it.
+//
+// The robustness matrix (robustness_test.go, in simulated time) holds these
+// rules against 280 server behaviours; docs/design.md has the figures.
+//
 // # Errors
 //
 // CheckResponse turns any (resp, err) pair into an *Error for statuses of 400
