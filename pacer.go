@@ -292,33 +292,39 @@ func (p *pacer) forget(now time.Time) {
 	*p = pacer{sent: sent, rejected: rejected, accepts: accepts, bound: bound}
 }
 
-// throttled reacts to a 429. stated reports that the response carried
-// rate-limit state (learn has it); hint is the wait the server named, 0 if
-// none. A pacer that was off starts observing at the rate accepted over the
-// last second (or the one a sub-second hint implies); one that was on
-// drops its rate by rateBackoff, not below 95% of what the server accepted
-// over the last second, and never again rises above nine tenths of it.
-//
-// The rate is cut once per round trip, as TCP does once per window: a 429
-// answering an attempt sent before the last cut says nothing new.
+// throttled reacts to a 429 answering attempt sent. stated reports that the
+// response carried rate-limit state (learn has it); hint is the wait the
+// server named, 0 if none. A pacer that was off starts observing at the
+// rate accepted over the last second (or the one a sub-second hint
+// implies); one that was on is cut.
 func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent uint64) {
-	accepted := p.accepts.perSecond(now)
-	if p.rate > 0 && sent > 0 && sent <= p.cutSent {
+	if p.rate > 0 {
+		p.cut(now, sent)
+		return
+	}
+	if stated {
+		return // learn sets the pace from the reading
+	}
+	p.cutSent = p.sent
+	p.mode, p.capacity, p.grewAt, p.since = paceObserved, 1, now, now
+	p.rate = max(p.accepts.perSecond(now), 1)
+	if hint > 0 && hint < time.Second {
+		p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
+	}
+	p.setPace(now, p.paceOf(p.rate))
+}
+
+// cut lowers the rate after the server refused an attempt (sent), or said
+// nothing remains while it was paced: by rateBackoff, not below 95% of
+// what it accepted over the last second, and what readings seemed to prove
+// with it. The rate is cut once per round trip, as TCP does once per
+// window: an answer to an attempt sent before the last cut is old news.
+func (p *pacer) cut(now time.Time, sent uint64) {
+	if sent > 0 && sent <= p.cutSent {
 		return
 	}
 	p.cutSent = p.sent
-	if p.rate == 0 {
-		if stated {
-			return // learn sets the pace from the reading
-		}
-		p.mode, p.capacity, p.grewAt, p.since = paceObserved, 1, now, now
-		p.rate = max(accepted, 1)
-		if hint > 0 && hint < time.Second {
-			p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
-		}
-		p.setPace(now, p.paceOf(p.rate))
-		return
-	}
+	accepted := p.accepts.perSecond(now)
 	switch {
 	case p.mode == paceObserved && now.Sub(p.since) < time.Second:
 		// Too soon to tell the server's rate from its successes: the
@@ -331,7 +337,7 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent u
 		p.ceiling = p.rate * 0.9
 	}
 	p.rate = max(p.rate*rateBackoff, 0.95*accepted)
-	p.proven = min(p.proven, p.rate) // a 429 disproves what was thought proven
+	p.proven = min(p.proven, p.rate)
 	p.grewAt = now
 	p.setPace(now, p.paceOf(p.rate))
 }
@@ -360,6 +366,12 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		return
 	}
 	q := l.Requests
+	if p.mode == paceMeasured && q.HasRemaining && q.Remaining <= 0 && q.Limit > headroom+1 {
+		// Paced at a measured rate, and still the quota ran out past
+		// the headroom: the rate was too high, whatever the readings
+		// seemed to prove.
+		p.cut(now, sent)
+	}
 	coarse := coarseBucket(l)
 	if coarse {
 		p.coarse, p.limit = true, q.Limit
@@ -407,7 +419,7 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 // bucket that refills in 100 ms says "full by the next second".
 func coarseBucket(l RateLimits) bool {
 	q := l.Requests
-	return l.Replenishing && l.Window == 0 && q.HasLimit && q.HasRemaining &&
+	return l.Window == 0 && q.HasLimit && q.HasRemaining &&
 		q.Limit > headroom+1 && !q.Reset.IsZero() && q.Coarse
 }
 
@@ -516,8 +528,7 @@ func (p *pacer) nextRate(lo, hi float64, q Quota, missing, left float64, binding
 //     (whole seconds, cut up or down, read against a Date that is itself
 //     cut down) may be a second early or late: lo assumes it a second late,
 //     hi a second early (unbounded when that leaves no time at all).
-//   - A fixed window running low (under a quarter left) is spread over the
-//     time left: Remaining over the time to Reset.
+//   - A fixed window is spread over the time left (see windowBounds).
 func rateBounds(now time.Time, l RateLimits) (lo, hi float64) {
 	q := l.Requests
 	if l.Window > 0 && q.HasLimit && q.Limit > 0 {
@@ -529,11 +540,7 @@ func rateBounds(now time.Time, l RateLimits) (lo, hi float64) {
 		return 0, 0
 	}
 	if !l.Replenishing {
-		if left > 0 && q.Remaining*4 < q.Limit && q.Remaining > 0 {
-			r := float64(q.Remaining) / left
-			return r, r
-		}
-		return 0, 0
+		return windowBounds(q, left)
 	}
 	if q.Limit <= q.Remaining {
 		return 0, 0
@@ -551,6 +558,27 @@ func rateBounds(now time.Time, l RateLimits) (lo, hi float64) {
 		return 0, 0
 	}
 	return max(missing-1, 0) / left, missing / left
+}
+
+// windowBounds spreads what remains of a fixed window over the time left
+// in it: the pace that uses the window up just as it ends. The bucket's
+// capacity (the limit) still lets a window's worth go at once, so this
+// slows nobody while much remains. A coarse reset may be a second early or
+// late.
+func windowBounds(q Quota, left float64) (lo, hi float64) {
+	if q.Remaining <= 0 || left <= 0 && !q.Coarse {
+		return 0, 0
+	}
+	r := float64(q.Remaining)
+	if !q.Coarse {
+		return r / left, r / left
+	}
+	lo = r / (max(left, 0) + 1)
+	hi = math.Inf(1)
+	if left > 1 {
+		hi = r / (left - 1)
+	}
+	return lo, hi
 }
 
 // acceptCounter counts successes over about the last second, in ten

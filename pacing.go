@@ -391,8 +391,9 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64) bool {
 }
 
 // exhaustedUntilLocked is when a reading with nothing left lets requests go
-// again: the reset, except that a replenishing request quota whose refill
-// rate is known has its next unit back sooner than it is full again.
+// again: the reset, except that a request quota that refills at a known
+// rate (a bucket, a stated policy, the observed rate) has its next unit
+// back sooner than it is full again.
 func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 	var until time.Time
 	for _, d := range dimensions {
@@ -401,7 +402,7 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 			continue
 		}
 		at := q.Reset
-		if d == Requests && (l.Replenishing || u.mode == paceObserved) {
+		if d == Requests && (l.Replenishing || l.Window > 0 || u.mode == paceObserved) {
 			if unit := u.unitAfter(); unit > 0 && now.Add(unit).Before(at) {
 				at = now.Add(unit)
 			}

@@ -359,7 +359,8 @@ func TestRateBoundsPerFamily(t *testing.T) {
 		{"bucket with a whole-second reset further away", RateLimits{Replenishing: true, Requests: Quota{Limit: 100, Remaining: 0, HasLimit: true, HasRemaining: true, Coarse: true, Reset: testStart.Add(3 * time.Second)}}, 99 / 3.75, 100 / 1.75},
 		{"bucket with a whole-second reset cut down to now", RateLimits{Replenishing: true, Requests: Quota{Limit: 4, Remaining: 0, HasLimit: true, HasRemaining: true, Coarse: true, Reset: now}}, 3, math.Inf(1)},
 		{"fixed window running low", RateLimits{Requests: Quota{Limit: 5000, Remaining: 100, HasLimit: true, HasRemaining: true, Reset: now.Add(50 * time.Second)}}, 2, 2},
-		{"fixed window with plenty left", RateLimits{Requests: Quota{Limit: 5000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: now.Add(50 * time.Second)}}, 0, 0},
+		{"fixed window with plenty left: spread too, its limit lets a burst go", RateLimits{Requests: Quota{Limit: 5000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: now.Add(50 * time.Second)}}, 80, 80},
+		{"fixed window with a coarse reset", RateLimits{Requests: Quota{Limit: 5000, Remaining: 100, HasLimit: true, HasRemaining: true, Coarse: true, Reset: now.Add(50 * time.Second)}}, 100 / 51.0, 100 / 49.0},
 		{"full bucket says nothing", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 10, HasLimit: true, HasRemaining: true, Reset: now}}, 0, 0},
 	}
 	for _, c := range cases {
