@@ -278,7 +278,7 @@ func (c *call) observe(a admission, resp *http.Response, err error) {
 	var limits RateLimits
 	var hold time.Duration
 	if resp != nil {
-		limits = ParseRateLimits(resp.Header, now)
+		limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))
 		if throttled {
 			hold, _ = ParseRetryAfter(resp.Header, now)
 		}

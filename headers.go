@@ -312,7 +312,15 @@ func ParseRateLimits(h http.Header, now time.Time) RateLimits {
 	if !hasRateLimitKey(h) {
 		return RateLimits{}
 	}
-	server := ServerNow(h, now)
+	return readRateLimits(h, now, ServerNow(h, now))
+}
+
+// readRateLimits is ParseRateLimits with the server's now given: the
+// transport passes what it learned of the upstream's clock (serverClock).
+func readRateLimits(h http.Header, now, server time.Time) RateLimits {
+	if !hasRateLimitKey(h) {
+		return RateLimits{}
+	}
 	l := parseRateLimits(h, server)
 	if skew := now.Sub(server); skew != 0 {
 		l.shift(skew, now)

@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"math"
+	"net/http"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,7 @@ type upstream struct {
 	released   chan struct{} // closed when the probe's answer is in
 
 	pacer
+	clock   serverClock // the upstream's clock, from its Date headers
 	replies uint64 // attempts answered (a response or an error), of pacer.sent
 
 	heldUntil time.Time
@@ -366,6 +368,14 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		held = u.heldUntil
 	}
 	return held
+}
+
+// serverNow is the upstream's clock at local time now, by what h's Date and
+// the Dates before it say (see serverClock).
+func (u *upstream) serverNow(h http.Header, now time.Time) time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.clock.serverNow(h, now)
 }
 
 // seedAccepts gives the accept counter what the upstream's counters say
