@@ -1,0 +1,424 @@
+package retryhttp
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzPacerProgress drives one upstream's admit state (slow start, holds,
+// the pacer) through a sequence of events decoded from the input, in
+// simulated time: time passes, requests book turns (schedule), wait for
+// them (recheck; a request whose turn has come is dispatched), give up, and
+// attempts are answered (observe) with responses whose rate-limit headers
+// are drawn from every family the parser reads (random counts; resets as
+// durations, RFC 3339, epoch, delta seconds, huge values; Date headers far
+// off) and with random 429s and Retry-After values.
+//
+// After every step it holds the state to bounded trust:
+//
+//   - nothing is NaN, infinite or negative (interval, rate, proven,
+//     ceiling, capacity, the pace clock);
+//   - the interval is within the bound, and so are the hold and the
+//     reprobe time (both at most the bound from now);
+//   - progress: when nothing is in flight, the first request in the queue,
+//     rechecked now, is told to go at most the bound plus one interval
+//     from now.
+//
+// Run it with
+//
+//	go test -run '^$' -fuzz FuzzPacerProgress -fuzztime 20000x .
+func FuzzPacerProgress(f *testing.F) {
+	for _, seed := range pacerFuzzSeeds() {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		runPacerFuzz(t, data)
+	})
+}
+
+// Event codes of the fuzz input: each event is an op byte followed by the
+// bytes it reads (see runPacerFuzz).
+const (
+	evAdvance  = iota // one byte: how long
+	evSchedule        // a new request books a turn
+	evRecheck         // one byte: which request rechecks its turn
+	evGiveUp          // one byte: which request gives up
+	evAnswer          // one byte: which attempt; then a response (see fuzzResponse)
+	evFail            // one byte: which attempt ends in a transport error
+	evFree            // a request on a free upstream: sent and answered at once; then a response
+	evCount
+)
+
+// fuzzBytes reads the fuzz input; past its end it reads zeros.
+type fuzzBytes struct {
+	b []byte
+	i int
+}
+
+func (r *fuzzBytes) more() bool { return r.i < len(r.b) }
+
+func (r *fuzzBytes) byte() byte {
+	if r.i >= len(r.b) {
+		return 0
+	}
+	c := r.b[r.i]
+	r.i++
+	return c
+}
+
+func (r *fuzzBytes) pick(n int) int { return int(r.byte()) % n }
+
+// fuzzRequest is one request waiting for its turn.
+type fuzzRequest struct {
+	id  int
+	t   turn
+	w   *waiter // queued behind the probe, until claimed
+	p   pass
+	due time.Time // when its ramp lets a waiter go
+}
+
+// pacerFuzzSeeds are inputs that reach the interesting states: each family's
+// sane and absurd readings, 429s with and without Retry-After, queues, holds
+// cut to the bound and the probes after them. The first byte picks the bound
+// (1 + b%8 half-seconds); an answer is followed by the seven bytes of its
+// response (see fuzzResponse); an advance by one byte (see fuzzAdvance: 3 is
+// a second, 6 ten seconds, 7 a minute).
+func pacerFuzzSeeds() [][]byte {
+	b := func(ev ...byte) []byte { return ev }
+	const ok, tooMany = 0, 1
+	return [][]byte{
+		// A request goes and is answered with a sane OpenAI bucket (100,
+		// 99 left, full in 600ms); a queue books and drains.
+		b(1, evSchedule, evRecheck, 0, evAnswer, 0, ok, 1, 10, 9, 4, 0, 0,
+			evSchedule, evSchedule, evSchedule, evRecheck, 0, evRecheck, 1, evAdvance, 3, evRecheck, 2,
+			evAnswer, 0, ok, 1, 10, 8, 4, 0, 0),
+		// OpenAI: 0 of 100 left, reset in 1000000h; then requests wait.
+		b(3, evSchedule, evRecheck, 0, evAnswer, 0, ok, 1, 10, 0, 8, 0, 0,
+			evSchedule, evRecheck, 0, evAdvance, 6, evSchedule, evRecheck, 0, evRecheck, 1, evAdvance, 6, evRecheck, 0),
+		// GitHub: 0 of 5000 left, reset 99999999999, in a 429.
+		b(3, evSchedule, evRecheck, 0, evAnswer, 0, tooMany, 3, 12, 0, 5, 0, 0,
+			evSchedule, evRecheck, 0, evAdvance, 7, evSchedule, evRecheck, 0, evRecheck, 1),
+		// IETF: 0 of 100 left in a window of 99999999999 s, in a 429.
+		b(3, evSchedule, evRecheck, 0, evAnswer, 0, tooMany, 4, 10, 0, 64, 0, 0,
+			evSchedule, evRecheck, 0, evAdvance, 6, evRecheck, 0),
+		// A 429 with a Retry-After of 20 digits and no rate-limit headers,
+		// then a healthy answer to the probe.
+		b(3, evSchedule, evRecheck, 0, evAnswer, 0, tooMany, 0, 0, 0, 0, 0, 3,
+			evSchedule, evAdvance, 6, evRecheck, 0, evAnswer, 0, ok, 0, 0, 0, 0, 0, 0),
+		// Free upstream traffic, then a 429 with retry-after-ms 1e308.
+		b(2, evFree, ok, 0, 0, 0, 0, 0, 0, evFree, ok, 0, 0, 0, 0, 0, 0,
+			evSchedule, evRecheck, 0, evAnswer, 0, tooMany, 0, 0, 0, 0, 0, 5,
+			evSchedule, evRecheck, 0, evAdvance, 7, evRecheck, 0),
+		// A Date in year 9999 beside a sane Anthropic bucket (49 of 50
+		// left); a transport error; a request that gives up.
+		b(2, evSchedule, evRecheck, 0, evAnswer, 0, ok, 2, 8, 7, 2, 3, 0,
+			evSchedule, evRecheck, 0, evFail, 0, evSchedule, evGiveUp, 0),
+	}
+}
+
+// fuzzCounts are the limits and remaining counts responses state.
+var fuzzCounts = []string{"0", "1", "2", "3", "5", "9", "10", "49", "50", "99", "100", "1000", "5000",
+	"99999999999", "9223372036854775807", "99999999999999999999"}
+
+// fuzzResponse decodes a response: status, family, limit, remaining, reset,
+// Date, Retry-After (one byte each).
+func fuzzResponse(r *fuzzBytes, now time.Time) (throttled bool, h http.Header) {
+	throttled = r.byte()%2 == 1
+	family := r.pick(7)
+	limit := fuzzCounts[r.pick(len(fuzzCounts))]
+	remaining := fuzzCounts[r.pick(len(fuzzCounts))]
+	resetB := r.byte()
+	dateB := r.pick(6)
+	raB := r.pick(8)
+	h = http.Header{}
+	offsets := []time.Duration{-2 * time.Second, 0, 500 * time.Millisecond, time.Second, 2 * time.Second,
+		10 * time.Second, time.Minute, time.Hour, 24 * time.Hour, 365 * 24 * time.Hour}
+	off := offsets[int(resetB)%len(offsets)]
+	switch family {
+	case 1: // OpenAI: a relative duration
+		resets := []string{"0s", "1ms", "10ms", "100ms", "600ms", "1s", "6s", "1m0s", "1000000h", "99999999999h", "1.5s", "20ms", "bogus"}
+		h.Set("X-Ratelimit-Limit-Requests", limit)
+		h.Set("X-Ratelimit-Remaining-Requests", remaining)
+		h.Set("X-Ratelimit-Reset-Requests", resets[int(resetB)%len(resets)])
+	case 2: // Anthropic: RFC 3339 on the server's clock
+		reset := now.Add(off).UTC().Truncate(time.Second).Format(time.RFC3339)
+		switch resetB % 16 {
+		case 9, 15:
+			reset = "9999-12-31T23:59:59Z"
+		case 10:
+			reset = "1970-01-01T00:00:00Z"
+		case 11:
+			reset = now.Add(off).UTC().Format(time.RFC3339Nano)
+		}
+		h.Set("Anthropic-Ratelimit-Requests-Limit", limit)
+		h.Set("Anthropic-Ratelimit-Requests-Remaining", remaining)
+		h.Set("Anthropic-Ratelimit-Requests-Reset", reset)
+	case 3: // GitHub: an epoch, a delta, or an absurd number
+		var reset string
+		switch resetB % 8 {
+		case 0, 1, 2:
+			reset = fmt.Sprint(now.Add(off).Unix())
+		case 3:
+			reset = fmt.Sprint(int64(off / time.Second))
+		case 4:
+			reset = fmt.Sprint(now.Add(off).UnixMilli())
+		case 5:
+			reset = "99999999999"
+		case 6:
+			reset = "99999999999999999999"
+		case 7:
+			reset = "1.5"
+		}
+		h.Set("X-Ratelimit-Limit", limit)
+		h.Set("X-Ratelimit-Remaining", remaining)
+		h.Set("X-Ratelimit-Reset", reset)
+	case 4: // IETF: a policy and an item
+		ts := []string{"0", "1", "10", "60", "99999999999", "3600"}
+		ws := []string{"1", "10", "60", "0.1", "99999999999", "86400"}
+		h.Set("Ratelimit", fmt.Sprintf(`"default";r=%s;t=%s`, remaining, ts[int(resetB)%len(ts)]))
+		h.Set("Ratelimit-Policy", fmt.Sprintf(`"default";q=%s;w=%s`, limit, ws[int(resetB>>4)%len(ws)]))
+	case 5: // Discord: reset-after in delta seconds
+		h.Set("X-Ratelimit-Limit", limit)
+		h.Set("X-Ratelimit-Remaining", remaining)
+		h.Set("X-Ratelimit-Reset-After", fmt.Sprintf("%.3f", off.Seconds()))
+	case 6: // the older IETF draft
+		h.Set("Ratelimit-Limit", limit)
+		h.Set("Ratelimit-Remaining", remaining)
+		h.Set("Ratelimit-Reset", fmt.Sprint(int64(max(off, 0)/time.Second)))
+	}
+	switch dateB {
+	case 1:
+		h.Set("Date", now.UTC().Format(http.TimeFormat))
+	case 2:
+		h.Set("Date", now.Add(5*time.Second).UTC().Format(http.TimeFormat))
+	case 3:
+		h.Set("Date", "Fri, 31 Dec 9999 23:59:59 GMT")
+	case 4:
+		h.Set("Date", "Thu, 01 Jan 1970 00:00:00 GMT")
+	case 5:
+		h.Set("Date", now.Add(-90*time.Minute).UTC().Format(http.TimeFormat))
+	}
+	if throttled {
+		switch raB {
+		case 1:
+			h.Set("Retry-After", "1")
+		case 2:
+			h.Set("Retry-After", "30")
+		case 3:
+			h.Set("Retry-After", "99999999999999999999")
+		case 4:
+			h.Set("Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT")
+		case 5:
+			h.Set("Retry-After-Ms", "1e308")
+		case 6:
+			h.Set("Retry-After-Ms", "250")
+		case 7:
+			h.Set("Retry-After", now.Add(2*time.Second).UTC().Format(http.TimeFormat))
+		}
+	}
+	return throttled, h
+}
+
+// fuzzAdvance decodes how long time passes.
+func fuzzAdvance(c byte, bound time.Duration) time.Duration {
+	units := []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second,
+		bound / 2, bound, 10 * time.Second, time.Minute}
+	return units[c&7] * time.Duration(1+(c>>3)&3)
+}
+
+func runPacerFuzz(t *testing.T, data []byte) {
+	r := &fuzzBytes{b: data}
+	bound := time.Duration(1+r.pick(8)) * 500 * time.Millisecond
+	u := &upstream{phase: open}
+	u.bound = bound
+	now := testStart
+	var queue []*fuzzRequest
+	var inFlight []pass
+	var log []string
+	ids := 0
+	fail := func(format string, args ...any) {
+		t.Helper()
+		tail := log
+		if len(tail) > 30 {
+			tail = tail[len(tail)-30:]
+		}
+		t.Fatalf("bound %v, at +%v: %s\nstate: %s\nlast events:\n\t%s", bound, now.Sub(testStart), fmt.Sprintf(format, args...),
+			fuzzState(u, now), strings.Join(tail, "\n\t"))
+	}
+	schedule := func() *fuzzRequest {
+		tn, w, p := u.schedule(now, 0)
+		ids++
+		q := &fuzzRequest{id: ids, t: tn, w: w, p: p}
+		if w != nil {
+			q.due = tn.at
+		}
+		return q
+	}
+	for step := 0; r.more() && step < 256; step++ {
+		switch op := r.pick(evCount); op {
+		case evAdvance:
+			d := fuzzAdvance(r.byte(), bound)
+			now = now.Add(d)
+			log = append(log, fmt.Sprintf("advance %v", d))
+		case evSchedule:
+			q := schedule()
+			queue = append(queue, q)
+			log = append(log, fmt.Sprintf("schedule #%d: turn +%v paced=%v firm=%v probe=%v queued=%v", q.id, q.t.at.Sub(now), q.t.paced, q.t.firm, q.p.probe, q.w != nil))
+		case evRecheck:
+			if len(queue) == 0 {
+				r.byte()
+				continue
+			}
+			i := r.pick(len(queue))
+			q := queue[i]
+			if q.w != nil {
+				select {
+				case <-q.w.released:
+				default:
+					if now.Before(q.due) {
+						log = append(log, fmt.Sprintf("recheck #%d: still behind the probe", q.id))
+						continue
+					}
+				}
+				q.t = u.claim(q.w)
+				if q.t.at.IsZero() {
+					q.t.at = now
+				}
+				q.w = nil
+			}
+			head := i == 0
+			at, _, again := u.recheck(now, &q.t, 0)
+			if again {
+				nq := schedule()
+				nq.id = q.id
+				*q = *nq
+				log = append(log, fmt.Sprintf("recheck #%d: schedule again: turn +%v probe=%v queued=%v", q.id, q.t.at.Sub(now), q.p.probe, q.w != nil))
+				continue
+			}
+			if !at.IsZero() {
+				log = append(log, fmt.Sprintf("recheck #%d: wait until +%v (firm=%v)", q.id, at.Sub(now), q.t.firm))
+				if wait := at.Sub(now); head && u.sent == u.replies && wait > u.bound+u.interval {
+					fail("nothing in flight, and the first request in the queue is told to wait %v, more than the bound %v and one interval %v", wait, u.bound, u.interval)
+				}
+				continue
+			}
+			u.dispatch(&q.p)
+			inFlight = append(inFlight, q.p)
+			queue = append(queue[:i], queue[i+1:]...)
+			log = append(log, fmt.Sprintf("recheck #%d: go (attempt %d, probe=%v)", q.id, q.p.sent, q.p.probe))
+		case evGiveUp:
+			if len(queue) == 0 {
+				r.byte()
+				continue
+			}
+			i := r.pick(len(queue))
+			q := queue[i]
+			if q.w != nil {
+				u.claim(q.w)
+			}
+			q.p.abandon(now)
+			queue = append(queue[:i], queue[i+1:]...)
+			log = append(log, fmt.Sprintf("give up #%d", q.id))
+		case evAnswer, evFail:
+			if len(inFlight) == 0 {
+				r.byte()
+				if op == evAnswer {
+					fuzzResponse(r, now)
+				}
+				continue
+			}
+			j := r.pick(len(inFlight))
+			p := inFlight[j]
+			inFlight = append(inFlight[:j], inFlight[j+1:]...)
+			if op == evFail {
+				p.observe(now, RateLimits{}, 0, false, false)
+				log = append(log, fmt.Sprintf("attempt %d: transport error", p.sent))
+				break
+			}
+			throttled, h := fuzzResponse(r, now)
+			observeFuzz(p, now, throttled, h)
+			log = append(log, fmt.Sprintf("attempt %d: %s", p.sent, fuzzDescribe(throttled, h)))
+		case evFree:
+			throttled, h := fuzzResponse(r, now)
+			if !u.free.Load() {
+				continue
+			}
+			observeFuzz(pass{u: u}, now, throttled, h)
+			log = append(log, fmt.Sprintf("free attempt: %s", fuzzDescribe(throttled, h)))
+		}
+		if msg := checkPacerState(u, now); msg != "" {
+			fail("%s", msg)
+		}
+	}
+}
+
+// observeFuzz answers an attempt as call.observe does.
+func observeFuzz(p pass, now time.Time, throttled bool, h http.Header) {
+	limits := ParseRateLimits(h, now)
+	var hold time.Duration
+	if throttled {
+		hold, _ = ParseRetryAfter(h, now)
+	}
+	p.observe(now, limits, hold, throttled, true)
+}
+
+func fuzzDescribe(throttled bool, h http.Header) string {
+	status := 200
+	if throttled {
+		status = 429
+	}
+	var kv []string
+	for k, v := range h {
+		kv = append(kv, k+": "+v[0])
+	}
+	sort.Strings(kv)
+	return fmt.Sprintf("%d {%s}", status, strings.Join(kv, "; "))
+}
+
+func fuzzState(u *upstream, now time.Time) string {
+	slots := 0.0
+	if u.interval > 0 {
+		slots = u.slotsAt(now)
+	}
+	rel := func(at time.Time) string {
+		if at.IsZero() {
+			return "none"
+		}
+		return "+" + at.Sub(now).String()
+	}
+	return fmt.Sprintf("phase %v, mode %v, interval %v, rate %g, proven %g, ceiling %g, capacity %g, tat %g slots (now %g), held until %s, reprobe at %s, sent %d, answered %d, coarse %v, firm %v",
+		u.phase, u.mode, u.interval, u.rate, u.proven, u.ceiling, u.capacity, u.tatV, slots, rel(u.heldUntil), rel(u.reprobeAt), u.sent, u.replies, u.coarse, u.firm)
+}
+
+// checkPacerState returns what is wrong with the upstream's state at now,
+// or "".
+func checkPacerState(u *upstream, now time.Time) string {
+	bad := func(x float64) bool { return math.IsNaN(x) || math.IsInf(x, 0) || x < 0 }
+	for _, v := range []struct {
+		name string
+		x    float64
+	}{{"rate", u.rate}, {"proven", u.proven}, {"ceiling", u.ceiling}, {"capacity", u.capacity},
+		{"tat", u.tatV}, {"anchor", u.anchorV}} {
+		if bad(v.x) {
+			return fmt.Sprintf("%s is %g", v.name, v.x)
+		}
+	}
+	if u.interval < 0 {
+		return fmt.Sprintf("negative interval %v", u.interval)
+	}
+	if u.bound > 0 && u.interval > u.bound {
+		return fmt.Sprintf("interval %v beyond the bound %v", u.interval, u.bound)
+	}
+	if d := u.heldUntil.Sub(now); u.bound > 0 && d > u.bound {
+		return fmt.Sprintf("held for %v, beyond the bound %v", d, u.bound)
+	}
+	if d := u.reprobeAt.Sub(now); u.bound > 0 && !u.reprobeAt.IsZero() && d > u.bound {
+		return fmt.Sprintf("reprobe in %v, beyond the bound %v", d, u.bound)
+	}
+	return ""
+}
