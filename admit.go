@@ -53,9 +53,13 @@ func (c *call) admit() (admission, error) {
 
 // schedule waits for the attempt's turn on an upstream that is held, paced,
 // limited or still probing.
+//
+// The longest it may wait (its deadline, WithMaxQueueWait) is counted from
+// here, whatever happens on the way: a wait behind a probe, a new probe.
 func (c *call) schedule(u *upstream) (_ pass, err error) {
+	latest := c.latestStart(c.t.cfg.clock.Now())
 	for {
-		p, err := c.scheduleOnce(u)
+		p, err := c.scheduleOnce(u, latest)
 		if err != errScheduleAgain {
 			return p, err
 		}
@@ -66,7 +70,7 @@ func (c *call) schedule(u *upstream) (_ pass, err error) {
 // probe while the request waited: it takes its place again.
 var errScheduleAgain = errors.New("retryhttp: schedule again")
 
-func (c *call) scheduleOnce(u *upstream) (_ pass, err error) {
+func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 	now := c.t.cfg.clock.Now()
 	t, w, p := u.schedule(now, c.policy.jitter)
 	if p.probe {
@@ -85,14 +89,22 @@ func (c *call) scheduleOnce(u *upstream) (_ pass, err error) {
 			return pass{}, err
 		}
 		now = c.t.cfg.clock.Now()
+		// The turn the probe's answer gives is the decision a hold
+		// ended in, not more queueing: it is waited for, within the
+		// deadline.
+		if d, ok := c.ctx.Deadline(); !ok || !t.at.After(d) {
+			latest = later(latest, t.at)
+		}
 	}
 	limitAt, booked := c.bookLimits(u, now, t.at) // when the client-side limits let this attempt go
-	if err := c.admissible(now, later(t.firmAt(), limitAt)); err != nil {
+	if start := later(t.firmAt(), limitAt); start.After(now) && start.After(latest) {
 		booked.cancel(now)
-		return pass{}, err
+		u.unbook(t)
+		return pass{}, c.rateLimited(now, start)
 	}
-	if err := c.awaitTurn(u, t, limitAt); err != nil {
+	if err := c.awaitTurn(u, t, limitAt, latest); err != nil {
 		booked.cancel(c.t.cfg.clock.Now())
+		u.unbook(t)
 		return pass{}, err
 	}
 	u.dispatch(&p)
@@ -120,8 +132,7 @@ func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (time.Time, reserv
 // held the upstream meanwhile (every waiting request pauses, not only new
 // ones), and a new reading may have changed the pace (a quicker pace wakes
 // the waiters at once).
-func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time) error {
-	latest := c.latestStart(c.t.cfg.clock.Now()) // the longest it may wait
+func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time) error {
 	for {
 		now := c.t.cfg.clock.Now()
 		at, quicker, again := u.recheck(now, &t, c.policy.jitter)
@@ -134,7 +145,7 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time) error {
 		}
 		// A firm start past the limit fails at once; a projected one is
 		// waited for up to the limit, in case the pace brings it forward.
-		if firm := later(t.firmAt(), limitAt); firm.After(latest) {
+		if firm := later(t.firmAt(), limitAt); firm.After(now) && firm.After(latest) {
 			return c.rateLimited(now, firm)
 		}
 		wake := start
@@ -174,15 +185,6 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// admissible fails the request at once when its start would fall past the
-// caller's deadline or beyond the longest wait allowed.
-func (c *call) admissible(now, start time.Time) error {
-	if c.canWaitUntil(now, start) {
-		return nil
-	}
-	return c.rateLimited(now, start)
 }
 
 // rateLimited is the error of a request that could not be admitted before

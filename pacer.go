@@ -231,7 +231,11 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	if inFlight == 0 {
 		short = min(short, 1)
 	}
-	return time.Duration(short / p.proven * float64(time.Second))
+	d := short / p.proven * float64(time.Second)
+	if p.bound > 0 {
+		d = min(d, float64(p.bound))
+	}
+	return time.Duration(d)
 }
 
 // paceOf is the interval between paced slots for a rate: a stated rate is
@@ -394,10 +398,16 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 			p.mode = paceStated
 		}
 		p.setPace(now, p.paceOf(p.rate))
-		p.capacity = 1
+		capacity := 1.0
 		if q.HasLimit && q.Limit > headroom+1 {
-			p.capacity = float64(q.Limit - headroom)
+			capacity = float64(q.Limit - headroom)
 		}
+		if capacity < p.capacity {
+			// A smaller bucket: what the old one allowed in a burst
+			// is no debt of the new one's.
+			p.tatV = min(p.tatV, p.slotsAt(now)+capacity)
+		}
+		p.capacity = capacity
 	}
 	p.syncRemaining(now, q, sent)
 }
@@ -411,7 +421,14 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 	}
 	unseen := float64(p.sent - sent)
 	available := float64(q.Remaining-headroom) - unseen
-	p.tatV = max(p.tatV, p.slotsAt(now)+(p.capacity-1)+(1-available))
+	target := p.slotsAt(now) + (p.capacity - 1) + (1 - available)
+	if unseen == 0 && !p.binding(now) {
+		// It answers the newest attempt and nobody waits on a booked
+		// slot: what the server counts is the truth, in either way.
+		p.tatV = target
+		return
+	}
+	p.tatV = max(p.tatV, target)
 }
 
 // coarseBucket reports a replenishing quota whose reset, in whole seconds,

@@ -85,6 +85,7 @@ type upstream struct {
 	replies uint64 // attempts answered (a response or an error), of pacer.sent
 
 	heldUntil time.Time
+	heldByQuota bool      // the hold is a reading's (a quota used up), not a 429's
 	reprobeAt time.Time // a hold was cut to the bound: probe again then
 	reprobes  uint32    // how many times the upstream went cold again
 
@@ -119,6 +120,9 @@ type turn struct {
 	// held is the end of the hold the turn waits out, a statement of the
 	// server's and so firm even when the pace after it is not.
 	held time.Time
+	// probe marks the turn of a probe: it goes at its time, never on the
+	// pace, whose state the probe is there to check.
+	probe bool
 	// reprobes is the upstream's count of new probes when the turn was
 	// given: a turn from before the upstream went cold again is void.
 	reprobes uint32
@@ -145,7 +149,7 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	case cold:
 		u.phase, u.probeStart = probing, now
 		u.released = make(chan struct{})
-		return turn{at: u.afterHold(now, jitter), firm: true, reprobes: u.reprobes}, nil, pass{u: u, probe: true}
+		return turn{at: u.afterHold(now, jitter), firm: true, probe: true, reprobes: u.reprobes}, nil, pass{u: u, probe: true}
 	case probing:
 		w = &waiter{n: len(u.waiters) + 1, released: u.released}
 		u.waiters = append(u.waiters, w)
@@ -166,6 +170,15 @@ func (u *upstream) reprobeIfDue(now time.Time) {
 	u.reprobeAt = time.Time{}
 	u.phase = cold
 	u.reprobes++
+	if u.poisoned() {
+		u.forget(now) // the probe's answer teaches the pace again
+	}
+}
+
+// poisoned reports a pace at the bound: one attempt per WithMaxRetryAfter
+// is what an absurd statement leaves, not a rate any server means.
+func (u *upstream) poisoned() bool {
+	return u.bound > 0 && u.interval >= u.bound
 }
 
 // rampAt is when the n-th request queued behind the probe goes if the probe
@@ -234,7 +247,7 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	switch {
 	case t.paced && u.interval > 0:
 		at, t.firm = u.timeOf(t.v), u.firm
-	case !t.paced && u.interval > 0 && !at.After(now):
+	case !t.paced && !t.probe && u.interval > 0 && !at.After(now):
 		*t = u.turnAt(now) // paced since it was booked: take a slot
 		at = t.at
 	}
@@ -243,12 +256,32 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		at = t.at
 	}
 	if at.After(now) {
+		if !u.reprobeAt.IsZero() && at.After(u.reprobeAt) {
+			at = u.reprobeAt // wake for the new probe, and take a place again
+		}
 		return at, u.quickerFor(*t), false
+	}
+	if t.probe {
+		return time.Time{}, nil, false
 	}
 	if short := u.shortfall(now, u.sent-u.replies); short > 0 {
 		return now.Add(short), nil, false
 	}
 	return time.Time{}, nil, false
+}
+
+// unbook gives back the paced slot of a turn that will not be used (its
+// request was refused, or gave up), when no later one was booked since, so
+// refused requests do not push the queue out.
+func (u *upstream) unbook(t turn) {
+	if !t.paced {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.interval > 0 && u.tatV == t.v+1 {
+		u.tatV = t.v
+	}
 }
 
 // afterHold delays start past a hold, spreading the held requests with
@@ -352,11 +385,11 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
 	}
-	if hold > 0 {
-		moved = u.holdUntil(now, now.Add(hold)) || moved
+	if hold > 0 && u.holdUntil(now, now.Add(hold)) {
+		moved, u.heldByQuota = true, false
 	}
 	if limits.Known() {
-		moved = u.learnLocked(now, limits, p.sent) || moved
+		moved = u.learnLocked(now, limits, p.sent, throttled) || moved
 	}
 	if u.limits != nil && limits.Known() {
 		u.limits.correct(now, limits)
@@ -394,9 +427,25 @@ func (u *upstream) seedAccepts(now time.Time) {
 // learnLocked updates the pacing from a response's rate-limit state, and
 // holds the upstream while a quota is exhausted. It reports whether the
 // hold moved later.
-func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64) bool {
+//
+// A quota hold is lifted by a newer reading that says quota remains: the
+// server's count beats its earlier statement (a 429's hold stays).
+func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, throttled bool) bool {
+	q := l.Requests
+	if u.heldByQuota && !throttled && sent == u.sent && q.HasRemaining && q.Remaining > headroom {
+		u.heldUntil, u.reprobeAt, u.heldByQuota = time.Time{}, time.Time{}, false
+	}
 	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l))
 	u.learn(now, l, sent)
+	if u.poisoned() {
+		// A pace of one attempt per bound is a hold of the bound in
+		// disguise: hold for the bound, then probe.
+		u.forget(now)
+		moved = u.holdUntil(now, now.Add(2*u.bound)) || moved
+	}
+	if moved {
+		u.heldByQuota = true
+	}
 	return moved
 }
 

@@ -612,7 +612,8 @@ func waitForProjectedTurn(t *testing.T) (*fakeclock.Clock, *upstream, chan error
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.test/v1", nil)
 	c := &call{t: rt, req: req, ctx: ctx, policy: &rt.cfg.policy}
 	done := make(chan error, 1)
-	go func() { done <- c.awaitTurn(u, tn, time.Time{}) }()
+	latest := c.latestStart(clk.Now())
+	go func() { done <- c.awaitTurn(u, tn, time.Time{}, latest) }()
 	require.True(t, clk.WaitForTimers(1, 5*time.Second), "it waits instead of failing at once")
 	select {
 	case err := <-done:
