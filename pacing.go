@@ -2,8 +2,8 @@ package retryhttp
 
 import (
 	"math"
-	"net/http"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,12 +82,12 @@ type upstream struct {
 
 	pacer
 	clock   serverClock // the upstream's clock, from its Date headers
-	replies uint64 // attempts answered (a response or an error), of pacer.sent
+	replies uint64      // attempts answered (a response or an error), of pacer.sent
 
-	heldUntil time.Time
+	heldUntil   time.Time
 	heldByQuota bool      // the hold is a reading's (a quota used up), not a 429's
-	reprobeAt time.Time // a hold was cut to the bound: probe again then
-	reprobes  uint32    // how many times the upstream went cold again
+	reprobeAt   time.Time // a hold was cut to the bound: probe again then
+	reprobes    uint32    // how many times the upstream went cold again
 
 	limits *clientLimits // nil without WithRateLimit
 
