@@ -241,14 +241,17 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 // paceOf is the interval between paced slots for a rate: a stated rate is
 // kept paceMargin under; a measured or observed one is used as it is (the
 // shortfall check and the 429s guard it).
+//
+// A rate too high to space anything (a million a second and more) is
+// paced at a microsecond: the pace clock never divides by zero.
 func (p *pacer) paceOf(rate float64) time.Duration {
-	if rate <= 0 {
+	if !(rate > 0) { // NaN too
 		return 0
 	}
-	if p.coarse || p.mode == paceObserved {
-		return time.Duration(float64(time.Second) / rate)
+	if !p.coarse && p.mode != paceObserved {
+		rate *= paceMargin
 	}
-	return time.Duration(float64(time.Second) / (rate * paceMargin))
+	return max(time.Duration(float64(time.Second)/rate), time.Microsecond)
 }
 
 // answered counts one attempt's answer: a success (served, not refused)
@@ -424,8 +427,9 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 	target := p.slotsAt(now) + (p.capacity - 1) + (1 - available)
 	if unseen == 0 && !p.binding(now) {
 		// It answers the newest attempt and nobody waits on a booked
-		// slot: what the server counts is the truth, in either way.
-		p.tatV = target
+		// slot: what the server counts is the truth, in either way (a
+		// theoretical arrival time before now is a full bucket).
+		p.tatV = max(target, p.slotsAt(now))
 		return
 	}
 	p.tatV = max(p.tatV, target)
