@@ -68,6 +68,7 @@ type pacer struct {
 	lastNoes time.Time     // when the last 429 came
 	cutSent  uint64        // the attempts sent when the rate was last cut
 	since    time.Time     // when the observed mode began
+	cuts     int           // cuts in the observed mode's first second
 }
 
 // paceMode is where the pacer's rate comes from.
@@ -120,7 +121,10 @@ const (
 	// growEvery is how often the observed rate may rise; below the
 	// ceiling a 429 left it doubles, above it it creeps by growCreep.
 	growEvery = 100 * time.Millisecond
-	growCreep = 1.005
+	// growAfterCut is the rise per growEvery after a cut, before a
+	// second of observation has set a ceiling.
+	growAfterCut = 1.25
+	growCreep    = 1.001
 	// observedFor is how long the observed mode outlives the last 429:
 	// a server that has stopped refusing is not paced by old refusals.
 	observedFor = 30 * time.Second
@@ -280,8 +284,10 @@ func (p *pacer) grow(now time.Time) {
 	}
 	p.grewAt = now
 	switch {
-	case p.ceiling == 0:
+	case p.ceiling == 0 && p.cuts == 0:
 		p.rate *= 2
+	case p.ceiling == 0:
+		p.rate *= growAfterCut
 	case p.rate < p.ceiling:
 		p.rate = min(p.rate*2, p.ceiling)
 	default:
@@ -334,8 +340,10 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 	accepted := p.accepts.perSecond(now)
 	switch {
 	case p.mode == paceObserved && now.Sub(p.since) < time.Second:
-		// Too soon to tell the server's rate from its successes: the
-		// doubling goes on from the cut.
+		// Too soon to tell the server's rate from its successes (a
+		// refusal now may be the drained burst's): the rate rises
+		// more gently from here (see grow).
+		p.cuts++
 	case p.mode == paceObserved:
 		// Sent above what the server takes for a second, the successes
 		// of that second are its rate: come back up to them.

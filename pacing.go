@@ -18,8 +18,8 @@ import (
 // is slow. The probe's answer decides what follows:
 //
 //   - no rate-limit headers: the upstream is open; the requests queued
-//     behind the probe go on a doubling ramp, one round trip of the probe
-//     apart (1, 2, 4, 8, ...), so a server that is at its limit answers
+//     behind the probe go on a doubling ramp, one and a half round trips
+//     of the probe apart (1, 2, 4, 8, ...), so a server that is at its limit answers
 //     the first few with a 429 before the rest are sent; later requests go
 //     at once, as if this stage did not exist;
 //   - rate-limit headers: requests are paced (see pacer).
@@ -323,7 +323,9 @@ func (u *upstream) openLocked(now time.Time) {
 	u.phase = open
 	step := time.Duration(0)
 	if u.interval == 0 && !u.heldUntil.After(now) {
-		step = min(max(now.Sub(u.probeStart), rampStepMin), slowStartStep)
+		// A step and a half of the probe's round trip: a step's
+		// answers are in before the next goes.
+		step = min(max(now.Sub(u.probeStart)*3/2, rampStepMin), slowStartStep)
 	}
 	n := 0
 	for _, w := range u.waiters {
