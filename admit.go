@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -285,7 +286,27 @@ func (c *call) observe(a admission, resp *http.Response, err error) {
 			hold, _ = ParseRetryAfter(resp.Header, now)
 		}
 	}
-	if held := a.pass.observe(now, limits, hold, throttled, resp != nil); !held.IsZero() && c.t.cfg.quota != nil {
+	held, mode := a.pass.observe(now, limits, hold, throttled, resp != nil)
+	if !held.IsZero() && c.t.cfg.quota != nil {
 		c.holdShared(c.t.cfg.quota, held, now)
 	}
+	if mode == paceObserved {
+		c.logObservedPace(u, limits.Known())
+	}
+}
+
+// logObservedPace says once per upstream, at info, that it is paced by the
+// rate it is seen to accept: its headers say nothing usable, or what they
+// say was contradicted by its 429s.
+func (c *call) logObservedPace(u *upstream, headers bool) {
+	l := c.t.cfg.logger
+	if l == nil || !u.loggedObserved.CompareAndSwap(false, true) {
+		return
+	}
+	why := "it sends no rate-limit headers"
+	if headers {
+		why = "its rate-limit headers were contradicted by its 429s"
+	}
+	l.LogAttrs(c.ctx, slog.LevelInfo, "retryhttp: pacing by the rate the upstream accepts",
+		slog.String("key", u.key.String()), slog.String("reason", why))
 }

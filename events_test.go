@@ -108,3 +108,23 @@ func TestSilentWithoutLogger(t *testing.T) {
 	resp.Body.Close()
 	assert.Empty(t, buf.String(), "nothing goes to the default logger")
 }
+
+// An upstream that answers 429s without rate-limit headers is paced by the
+// rate it accepts: Stats says so, and the log says it once, at info.
+func TestObservedPaceIsReportedOnce(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	mock, _ := scripted(t, step{status: 200}, step{status: 429, header: http.Header{"Retry-After": {"1"}}},
+		step{status: 200}, step{status: 429}, step{status: 200})
+	rt := New(mock, WithClock(autoClock()), WithLogger(logger))
+	assert.Equal(t, "off", func() string {
+		roundTrips(t, rt, 1)
+		return rt.Stats()[0].Pacing
+	}(), "no 429 yet: not paced")
+	roundTrips(t, rt, 3)
+	st := rt.Stats()[0]
+	assert.Equal(t, "observed", st.Pacing)
+	assert.Positive(t, st.Rate)
+	assert.Equal(t, 1, strings.Count(buf.String(), "pacing by the rate the upstream accepts"), buf.String())
+	assert.Contains(t, buf.String(), "it sends no rate-limit headers")
+}

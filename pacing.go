@@ -70,6 +70,8 @@ type upstream struct {
 	// the lock or the clock.
 	free    atomic.Bool
 	key     upstreamKey
+	// loggedObserved is set once the observed pace has been logged.
+	loggedObserved atomic.Bool
 	touched atomic.Uint64 // see upstreamTable
 	born    time.Time
 
@@ -359,13 +361,22 @@ func (p pass) abandon(now time.Time) {
 // observe learns from one attempt's outcome: limits from its headers, a hold
 // from a 429 or Retry-After. limits may be the zero value. held is the hold
 // it put in force or moved later (zero if none), for a QuotaBackend to share.
-func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time) {
+//
+// entered is the pacer's mode when this outcome moved it to another one,
+// else paceOff.
+func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time, entered paceMode) {
 	u := p.u
 	if u == nil {
-		return time.Time{}
+		return time.Time{}, paceOff
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	was := u.mode
+	defer func() {
+		if u.mode != was {
+			entered = u.mode
+		}
+	}()
 	moved := false
 	u.free.Store(false) // schedule decides again, on the clock
 	if p.sent > 0 {
@@ -402,7 +413,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if moved {
 		held = u.heldUntil
 	}
-	return held
+	return held, paceOff
 }
 
 // serverNow is the upstream's clock at local time now, by what h's Date and

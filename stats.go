@@ -30,12 +30,18 @@ type Stats struct {
 	// BudgetLeft is how many retries after upstream failures the retry
 	// budget allows now (+Inf when it is disabled).
 	BudgetLeft float64
-	// Rate is the request rate (per second) learned from the rate-limit
-	// headers that requests are paced at; 0 when not paced.
+	// Rate is the request rate (per second) requests are paced at, learned
+	// from the rate-limit headers or from what the upstream accepts; 0 when
+	// not paced.
 	Rate float64
 	// HeldUntil is when a hold (a 429's Retry-After, an exhausted quota)
 	// ends; zero when none is in force.
 	HeldUntil time.Time
+	// Pacing says where the pace comes from: "off" (not paced), "stated"
+	// (the headers state the rate), "measured" (the headers bound it and
+	// the drain of the remaining count measures it) or "observed" (429s
+	// and successes give it: no usable headers).
+	Pacing string
 }
 
 // counters are an upstream's running totals for Stats, updated without locks.
@@ -77,6 +83,7 @@ func (u *upstream) snapshot(now time.Time) Stats {
 	if u.heldUntil.After(now) {
 		s.HeldUntil = u.heldUntil
 	}
+	s.Pacing = u.pacer.String()
 	u.mu.Unlock()
 	return s
 }
