@@ -68,12 +68,12 @@ type upstream struct {
 	// free is set while the upstream needs nothing of this stage: open, not
 	// paced, not held, no client-side limits. Requests then pass without
 	// the lock or the clock.
-	free    atomic.Bool
-	key     upstreamKey
+	free atomic.Bool
+	key  upstreamKey
 	// loggedObserved is set once the observed pace has been logged.
 	loggedObserved atomic.Bool
-	touched atomic.Uint64 // see upstreamTable
-	born    time.Time
+	touched        atomic.Uint64 // see upstreamTable
+	born           time.Time
 
 	mu sync.Mutex
 
