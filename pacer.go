@@ -125,7 +125,8 @@ const (
 	// second of observation has set a ceiling.
 	growAfterCut = 1.25
 	growCreep    = 1.001
-	// observedFor is how long the observed mode outlives the last 429:
+	// observedFor is how long the observed mode outlives the last 429 (or
+	// its start):
 	// a server that has stopped refusing is not paced by old refusals.
 	observedFor = 30 * time.Second
 )
@@ -267,7 +268,7 @@ func (p *pacer) answered(now time.Time, throttled bool) {
 		return
 	}
 	p.accepts.add(now)
-	if p.mode == paceObserved && now.Sub(p.lastNoes) > observedFor {
+	if p.mode == paceObserved && now.Sub(later(p.lastNoes, p.since)) > observedFor {
 		p.forget(now) // the server stopped refusing long ago
 		return
 	}
@@ -318,12 +319,23 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent u
 	if stated {
 		return // learn sets the pace from the reading
 	}
+	p.observe(now)
+	if hint > 0 && hint < time.Second {
+		p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
+		p.setPace(now, p.paceOf(p.rate))
+	}
+}
+
+// observe starts the observed mode, at the rate the server accepted over
+// the last second (at least one a second); already observing, it does
+// nothing.
+func (p *pacer) observe(now time.Time) {
+	if p.mode == paceObserved {
+		return
+	}
 	p.cutSent = p.sent
 	p.mode, p.capacity, p.grewAt, p.since = paceObserved, 1, now, now
 	p.rate = max(p.accepts.perSecond(now), 1)
-	if hint > 0 && hint < time.Second {
-		p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
-	}
 	p.setPace(now, p.paceOf(p.rate))
 }
 
@@ -381,6 +393,14 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		return
 	}
 	q := l.Requests
+	if q.Coarse && q.HasLimit && q.Limit <= headroom+1 {
+		// A bucket of one or two in whole-second resets: its count is
+		// always at the headroom and its reset says nothing finer than
+		// a second. Its 429s and successes pace it.
+		p.observe(now)
+		p.syncRemaining(now, q, sent)
+		return
+	}
 	if p.mode == paceMeasured && q.HasRemaining && q.Remaining <= 0 && q.Limit > headroom+1 {
 		// Paced at a measured rate, and still the quota ran out past
 		// the headroom: the rate was too high, whatever the readings
@@ -431,7 +451,11 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 		return
 	}
 	unseen := float64(p.sent - sent)
-	available := float64(q.Remaining-headroom) - unseen
+	spare := int64(headroom)
+	if q.HasLimit && q.Limit <= headroom+1 {
+		spare = 0 // a bucket too small to keep a unit back
+	}
+	available := float64(q.Remaining-spare) - unseen
 	target := p.slotsAt(now) + (p.capacity - 1) + (1 - available)
 	if unseen == 0 && !p.binding(now) {
 		// It answers the newest attempt and nobody waits on a booked

@@ -470,8 +470,8 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 	var until time.Time
 	for _, d := range dimensions {
 		q := l.Quota(d)
-		if !q.Exhausted() {
-			continue
+		if !q.Exhausted() || d == Requests && q.Coarse && q.HasLimit && q.Limit <= headroom+1 {
+			continue // a bucket of one or two is always "exhausted": its pace holds it (see pacer.learn)
 		}
 		at := q.Reset
 		if d == Requests && (l.Replenishing || l.Window > 0 || u.mode == paceObserved) {
