@@ -2,10 +2,13 @@ package retryhttp
 
 import (
 	"math"
+	"net/http"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // draws returns a draw function that always picks the given fraction of the
@@ -88,4 +91,32 @@ func TestJitterStrategyNames(t *testing.T) {
 	assert.Equal(t, "full", FullJitter.String())
 	assert.Equal(t, "decorrelated", DecorrelatedJitter.String())
 	assert.Equal(t, "unknown", JitterStrategy(42).String())
+}
+
+// Jitter on a wait the server asked for is in proportion to it: up to a
+// fifth, never more than WithJitter, and the wait stays a floor.
+func TestServerWaitJitterIsInProportion(t *testing.T) {
+	cases := []struct {
+		header      http.Header
+		floor, most time.Duration
+	}{
+		{http.Header{"Retry-After-Ms": {"50"}}, 50 * time.Millisecond, 60 * time.Millisecond},
+		{http.Header{"Retry-After": {"2"}}, 2 * time.Second, 2400 * time.Millisecond},
+		{http.Header{"Retry-After": {"30"}}, 30 * time.Second, 31 * time.Second}, // WithJitter's 1s caps it
+	}
+	for _, c := range cases {
+		var seen []time.Duration
+		for i := 0; i < 50; i++ {
+			clk := autoClock()
+			rt := New(sequence(step{status: 429, header: c.header}, step{status: 200}), WithClock(clk), WithMaxRetries(1))
+			roundTrips(t, rt, 1)
+			require.NotEmpty(t, clk.Sleeps())
+			seen = append(seen, clk.Sleeps()[0])
+		}
+		for _, d := range seen {
+			assert.GreaterOrEqual(t, d, c.floor, "the server's wait is a floor")
+			assert.Less(t, d, c.most, "jitter beyond its share of %v", c.floor)
+		}
+		assert.Greater(t, slices.Max(seen)-slices.Min(seen), (c.most-c.floor)/4, "the jitter spreads callers")
+	}
 }

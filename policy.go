@@ -129,9 +129,11 @@ func WithBackoffMultiplier(f float64) Option {
 // WithJitter sets the most random time added to each computed wait, drawn
 // uniformly from [0, max) afresh each time. The default is 1s; 0 adds none.
 // With FullJitter or DecorrelatedJitter the backoff's randomness comes from
-// the strategy itself and this value is not added to it; it is still added
-// to a wait the server asked for (Retry-After), and spreads the requests
-// released together after a hold, so that they do not return as a herd.
+// the strategy itself and this value is not added to it. A wait the server
+// asked for (Retry-After) gets jitter in proportion to itself: up to a
+// fifth of it, never more than this value, so a 50 ms Retry-After waits at
+// most 60 ms. It also spreads the requests released together after a
+// hold, so that they do not return as a herd.
 func WithJitter(max time.Duration) Option {
 	return Option{func(c *config) { c.jitter = maxDuration(max, 0) }}
 }

@@ -15,8 +15,9 @@ var errAttemptTimeout = errors.New("retryhttp: attempt timed out waiting for res
 
 // nextWait returns the wait before the next attempt and the wait the server
 // asked for (0 if it named none). A positive server wait (see serverWait) is
-// a floor: the retry leaves no earlier, plus jitter so that callers told the
-// same time do not all return at the same instant. Without one, the backoff
+// a floor: the retry leaves no earlier, plus jitter (up to a fifth of the
+// wait, never more than WithJitter) so that callers told the same time do
+// not all return at the same instant. Without one, the backoff
 // schedule applies. The server's wait is returned apart, so the limit on it
 // (WithMaxRetryAfter) is checked against what the server said, not against
 // the jitter added to it.
@@ -26,10 +27,21 @@ func (p *policy) nextWait(resp *http.Response, now time.Time, retry int, prev ti
 			if d > p.maxRetryAfter {
 				return d, d
 			}
-			return d + uniform(0, p.jitter, rand.Int64N), d
+			return d + uniform(0, serverJitter(d, p.jitter), rand.Int64N), d
 		}
 	}
 	return p.backoff(retry, prev, rand.Int64N), 0
+}
+
+// serverWaitJitter is the share of a server-requested wait that may be
+// added to it as jitter: enough to spread callers told the same time, small
+// enough that a server asking for 50 ms is not kept waiting a second.
+const serverWaitJitter = 5 // a fifth
+
+// serverJitter is the most jitter added to a server's wait d: a fifth of
+// it, never more than WithJitter.
+func serverJitter(d, jitter time.Duration) time.Duration {
+	return min(d/serverWaitJitter, jitter)
 }
 
 // rateLimitFallbackWait is the wait after a rate-limit 403 that names no
