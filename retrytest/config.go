@@ -27,7 +27,10 @@ type Family string
 const (
 	// Plain sends no rate-limit state headers, no request id, and RFC 9457
 	// problem details (application/problem+json) as error bodies. It is the
-	// zero value.
+	// zero value. With a RateLimit it still limits, but says nothing about
+	// the limit until it is hit: its 429 carries only the Retry-After of the
+	// RetryAfter style, and with RetryAfterNone nothing at all, as many
+	// APIs do.
 	Plain Family = ""
 	// OpenAI sends x-request-id and x-ratelimit-{limit,remaining,reset}-requests
 	// (and -tokens with a token limit), resets as Go durations until the
@@ -36,15 +39,19 @@ const (
 	OpenAI Family = "openai"
 	// Anthropic sends request-id and anthropic-ratelimit-requests-{limit,
 	// remaining,reset} (and -tokens- and -input-tokens- with a token limit),
-	// resets as RFC 3339 UTC instants in whole seconds, and bodies
+	// resets as RFC 3339 UTC instants in whole seconds (see Rounding), and
+	// bodies
 	// {"type":"error","error":{"type","message"},"request_id"}. 529 is its
 	// overloaded_error.
 	Anthropic Family = "anthropic"
 	// GitHub sends x-github-request-id and x-ratelimit-{limit,remaining,
-	// reset,used,resource} with the reset in Unix epoch seconds, bodies
-	// {"message","documentation_url","status"}, and signals an exhausted
-	// rate limit with 403, as GitHub's REST API mostly does (set
-	// RateLimit.Status to 429 for the other form it documents).
+	// reset,used,resource} with the reset in Unix epoch seconds (see
+	// Rounding), bodies {"message","documentation_url","status"}, and
+	// signals an exhausted rate limit with 403, as GitHub's REST API mostly
+	// does (set RateLimit.Status to 429 for the other form it documents).
+	// GitHub's own limit is a fixed window (RateLimit.Window); without one
+	// the family reports a token bucket in GitHub's format, as many other
+	// APIs do.
 	GitHub Family = "github"
 	// IETF sends the IETF draft's structured fields
 	// RateLimit: "default";r=R;t=T and RateLimit-Policy: "default";q=Q;w=W
@@ -58,13 +65,15 @@ const (
 type RetryAfterStyle string
 
 // The Retry-After styles. Waits are rounded up to the unit of the style so
-// that a client honouring the header is never early.
+// that a client honouring the header is never early; only an HTTP-date
+// follows Config.Rounding, as it is an absolute time.
 const (
 	// RetryAfterSeconds sends Retry-After as delay-seconds, at least 1
 	// ("Retry-After: 2"). The empty style means the same.
 	RetryAfterSeconds RetryAfterStyle = "seconds"
-	// RetryAfterDate sends Retry-After as an HTTP-date (IMF-fixdate) by
-	// Config.Now.
+	// RetryAfterDate sends Retry-After as an HTTP-date (IMF-fixdate) on the
+	// server's clock (Config.Now plus ClockOffset), cut to whole seconds as
+	// Config.Rounding says.
 	RetryAfterDate RetryAfterStyle = "date"
 	// RetryAfterMillis sends only retry-after-ms, in whole milliseconds, at
 	// least 1: a client must read that header to find the wait.
@@ -77,6 +86,31 @@ const (
 	RetryAfterNone RetryAfterStyle = "none"
 )
 
+// Rounding is how the provider cuts the absolute times it writes in headers
+// to the whole seconds their formats hold: Anthropic's RFC 3339 resets,
+// GitHub's epoch X-RateLimit-Reset and Retry-After HTTP-dates. Real servers
+// differ: some round up, many truncate (as Go's time.Format does), some
+// round to the nearest second. A client that waits until a truncated reset
+// may be up to a second early.
+//
+// Relative values are not affected: Retry-After delay-seconds and the IETF
+// t= are always rounded up, OpenAI's durations are in whole milliseconds
+// rounded up. Nor is the Date header, which is truncated as net/http
+// writes it.
+type Rounding string
+
+// The roundings. The zero value "" means RoundUp.
+const (
+	// RoundUp rounds up to the next whole second, so a reset or
+	// Retry-After date is never early.
+	RoundUp Rounding = "ceil"
+	// RoundDown truncates to the whole second, as time.Format does: a
+	// reset up to a second early.
+	RoundDown Rounding = "floor"
+	// RoundNearest rounds to the nearest whole second, halves up.
+	RoundNearest Rounding = "round"
+)
+
 // Config describes a provider. The zero value answers every request 200.
 // A Config must not be changed while a provider built from it runs; the
 // provider keeps its own copy of the slices.
@@ -86,9 +120,19 @@ type Config struct {
 	// RetryAfter is the style of every Retry-After the provider sends;
 	// RetryAfterSeconds by default.
 	RetryAfter RetryAfterStyle
+	// Rounding is how absolute times in headers (resets, Retry-After
+	// dates) are cut to whole seconds; RoundUp by default.
+	Rounding Rounding
+	// ClockOffset is the server's clock minus the client's: how far ahead
+	// (or, negative, behind) of Config.Now the provider's clock is. The
+	// provider's own state (the rate limit, overload windows, arrival
+	// times) runs on Config.Now, but every absolute time it writes (resets,
+	// Retry-After dates and the Date header) is Now()+ClockOffset.
+	// Relative values (Retry-After seconds, durations) are unaffected.
+	ClockOffset time.Duration
 
-	// RateLimit is a token bucket shared by all requests; its zero value
-	// sets no limit.
+	// RateLimit is a token bucket, or a fixed window, shared by all
+	// requests; its zero value sets no limit.
 	RateLimit RateLimit
 	// Overload lists windows during which every request is rejected.
 	Overload []Window
@@ -120,7 +164,7 @@ type Config struct {
 	// runs are reproducible whatever it is.
 	Seed int64
 	// Now is the provider's clock: for arrival times, the bucket, windows
-	// and dates in headers. nil means time.Now. It is read once when the
+	// and (plus ClockOffset) dates in headers. nil means time.Now. It is read once when the
 	// provider is created (its start) and once per arrival, under a lock,
 	// so a clock that steps on every reading gives evenly spaced arrivals.
 	Now func() time.Time
@@ -143,21 +187,36 @@ type Config struct {
 // Tokens says it costs. A request is admitted only if both buckets have
 // enough; otherwise it is rejected and takes nothing.
 //
-// The families report the bucket: "limit" is Burst, "remaining" is the
+// With a Window it is a fixed window instead, as GitHub's API (and many
+// others) count: at most Burst requests (and TokenBurst tokens) in each
+// Window, the windows laid end to end from the provider's start; what is
+// left of one is not carried into the next.
+//
+// The families report the limit: "limit" is Burst, "remaining" is the
 // whole requests (tokens) left after this one, and "reset" is when the
-// bucket will be full again.
+// bucket will be full again, or when the window ends. A rejection's
+// Retry-After is the wait until the request would pass: until enough has
+// refilled, or until the window ends.
 type RateLimit struct {
 	// Rate is how many requests per second refill the bucket. 0 disables
-	// the rate limit (and the token limit).
+	// the rate limit (and the token limit), unless a Window is set.
 	Rate float64
 	// Burst is the bucket's size: how many requests may arrive at once.
-	// 0 means one second's worth, at least 1.
+	// 0 means one second's worth, at least 1. With a Window it is how
+	// many requests each window admits; 0 then means Rate*Window, at
+	// least 1.
 	Burst int
+	// Window, when positive, makes the limit a fixed window of this length
+	// instead of a bucket: Burst requests per Window, Rate serving only as
+	// Burst's default. It needs a Burst or a Rate.
+	Window time.Duration
 	// TokenRate is how many tokens per second refill the token bucket; 0
-	// sets no token limit.
+	// sets no token limit (with a Window, unless TokenBurst is set).
 	TokenRate float64
 	// TokenBurst is the token bucket's size; 0 means one second's worth,
-	// at least 1.
+	// at least 1. With a Window it is how many tokens each window admits;
+	// 0 then means TokenRate*Window (no token limit when TokenRate is 0
+	// too).
 	TokenBurst int
 	// Tokens says what a request costs in tokens, given its body. nil
 	// counts one token per 4 bytes of body, at least 1. A cost above
@@ -233,6 +292,11 @@ func (c Config) Validate() error {
 	default:
 		bad("unknown RetryAfter style %q", string(c.RetryAfter))
 	}
+	switch c.Rounding {
+	case "", RoundUp, RoundDown, RoundNearest:
+	default:
+		bad("unknown Rounding %q: want %q, %q or %q", string(c.Rounding), RoundUp, RoundDown, RoundNearest)
+	}
 	rl := c.RateLimit
 	if !finiteNonNegative(rl.Rate) || !finiteNonNegative(rl.TokenRate) {
 		bad("RateLimit.Rate and TokenRate must be finite and not negative")
@@ -240,7 +304,13 @@ func (c Config) Validate() error {
 	if rl.Burst < 0 || rl.TokenBurst < 0 {
 		bad("RateLimit.Burst and TokenBurst must not be negative")
 	}
-	if rl.TokenRate > 0 && rl.Rate == 0 {
+	if rl.Window < 0 {
+		bad("RateLimit.Window must not be negative")
+	}
+	if rl.Window > 0 && rl.Rate == 0 && rl.Burst == 0 {
+		bad("RateLimit.Window needs a Burst (or a Rate): how many requests a window admits")
+	}
+	if rl.TokenRate > 0 && rl.Rate == 0 && rl.Window == 0 {
 		bad("RateLimit.TokenRate needs a Rate: the token limit comes with a request limit")
 	}
 	if rl.Status != 0 && !isError(rl.Status) {
@@ -291,6 +361,24 @@ func finiteNonNegative(f float64) bool { return f >= 0 && !math.IsInf(f, 1) }
 
 func isError(status int) bool { return status >= 400 && status <= 599 }
 
+// ceilCount rounds a count up to a whole one, ignoring floating-point
+// noise (100 * 0.07 is 7, not 8), and caps it so it fits an int.
+func ceilCount(f float64) int {
+	if r := math.Round(f); math.Abs(f-r) < 1e-9 {
+		f = r
+	}
+	return int(math.Min(math.Ceil(f), math.MaxInt32))
+}
+
+// limited reports whether the RateLimit (with its defaults) limits at all.
+func (rl RateLimit) limited() bool { return rl.Rate > 0 || rl.Window > 0 }
+
+// tokenLimited reports whether the RateLimit (with its defaults) also
+// limits tokens.
+func (rl RateLimit) tokenLimited() bool {
+	return rl.TokenRate > 0 || (rl.Window > 0 && rl.TokenBurst > 0)
+}
+
 // withDefaults validates c and fills in its defaults, copying the slices so
 // the caller's later edits cannot race the provider.
 func (c Config) withDefaults() Config {
@@ -300,11 +388,19 @@ func (c Config) withDefaults() Config {
 	if c.RetryAfter == "" {
 		c.RetryAfter = RetryAfterSeconds
 	}
-	if c.RateLimit.Rate > 0 && c.RateLimit.Burst == 0 {
-		c.RateLimit.Burst = max(1, int(math.Ceil(c.RateLimit.Rate)))
+	if c.Rounding == "" {
+		c.Rounding = RoundUp
+	}
+	// One second's worth, or one window's.
+	per := 1.0
+	if w := c.RateLimit.Window; w > 0 {
+		per = w.Seconds()
+	}
+	if (c.RateLimit.Rate > 0 || c.RateLimit.Window > 0) && c.RateLimit.Burst == 0 {
+		c.RateLimit.Burst = max(1, ceilCount(c.RateLimit.Rate*per))
 	}
 	if c.RateLimit.TokenRate > 0 && c.RateLimit.TokenBurst == 0 {
-		c.RateLimit.TokenBurst = max(1, int(math.Ceil(c.RateLimit.TokenRate)))
+		c.RateLimit.TokenBurst = max(1, ceilCount(c.RateLimit.TokenRate*per))
 	}
 	if c.RateLimit.Status == 0 {
 		c.RateLimit.Status = http.StatusTooManyRequests

@@ -16,9 +16,12 @@
 //
 //   - Family picks the provider whose headers and JSON bodies are imitated:
 //     OpenAI, Anthropic, GitHub, IETF, or Plain.
-//   - RateLimit is a token bucket; on exhaustion the provider answers 429 (403
-//     for GitHub) with the family's rate-limit headers, its real error body
-//     and a Retry-After in the RetryAfter style.
+//   - RateLimit is a token bucket, or with a Window a fixed window; on
+//     exhaustion the provider answers 429 (403 for GitHub) with the family's
+//     rate-limit headers (Plain sends none), its real error body and a
+//     Retry-After in the RetryAfter style.
+//   - Rounding and ClockOffset make the absolute times in headers as coarse
+//     and as skewed as real servers' are.
 //   - Overload lists windows of time during which every request gets 503 or
 //     529 (Anthropic's overloaded_error); Capacity sheds with 503 whatever
 //     is beyond a fixed number of requests in service.
@@ -36,7 +39,7 @@
 //  2. the next Script step, exactly as written (nothing below applies);
 //  3. a Flaky reset;
 //  4. an Overload window;
-//  5. the RateLimit bucket, when it is empty;
+//  5. the RateLimit, when its bucket is empty or its window used up;
 //  6. Capacity, when every slot is taken (the request has spent its
 //     rate-limit token by then, as it would at a real API's edge);
 //  7. success: 200 from Config.Success or the family's small success body,
@@ -46,10 +49,21 @@
 //
 // # Time
 //
-// Arrival times, the bucket's refill, overload windows and dates in headers
-// use Config.Now, so a test that injects a clock gets exact header values.
-// Delays that a client experiences (slow headers, capacity holds, Step.Delay)
-// are real time: they exist to be timed out by the client under test.
+// Arrival times, the bucket's refill, fixed windows, overload windows and
+// dates in headers use Config.Now, so a test that injects a clock gets exact
+// header values. Delays that a client experiences (slow headers, capacity
+// holds, Step.Delay) are real time: they exist to be timed out by the client
+// under test.
+//
+// Every answer carries a Date header, as a real server's does: the arrival's
+// instant truncated to the second, as net/http writes it. A real server's
+// clock is not the client's: Config.ClockOffset sets it apart, and the Date,
+// the resets and the Retry-After dates are all written on the server's clock
+// (Now()+ClockOffset), while the waits they stand for, and every relative
+// value (Retry-After seconds, OpenAI's durations, the IETF t=), stay those
+// of Config.Now. Absolute times are cut to whole seconds as Config.Rounding
+// says: rounded up by default, so never early; truncated or rounded to the
+// nearest second, as many servers do.
 //
 // # Reproducibility
 //

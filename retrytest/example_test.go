@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,64 @@ func ExampleNewServer() {
 	// 200 remaining=1 reset=2026-11-30T12:00:01Z retry-after="" error=""
 	// 200 remaining=0 reset=2026-11-30T12:00:02Z retry-after="" error=""
 	// 429 remaining=0 reset=2026-11-30T12:00:02Z retry-after="1" error="rate_limit_error"
+}
+
+// A GitHub-style server whose clock runs 3 seconds ahead of the client's,
+// with GitHub's hourly fixed window and its reset truncated to the second,
+// as many servers write it. The Date header is on the server's clock too: a
+// client that measures the reset from the Date rather than from its own
+// clock waits as long as the server means.
+func Example_serverClock() {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 600_000_000, time.UTC) // the client's clock
+	srv := retrytest.NewServer(retrytest.Config{
+		Family:      retrytest.GitHub,
+		RateLimit:   retrytest.RateLimit{Window: time.Hour, Burst: 2},
+		Rounding:    retrytest.RoundDown,
+		ClockOffset: 3 * time.Second,
+		Now:         func() time.Time { return now },
+	})
+	defer srv.Close()
+
+	for range 3 {
+		resp, err := srv.Client().Get(srv.URL + "/repos/o/r")
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		date, _ := http.ParseTime(resp.Header.Get("Date"))
+		epoch, _ := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64)
+		reset := time.Unix(epoch, 0).UTC()
+		fmt.Printf("%d date=%s remaining=%s reset=%s (date+%v) retry-after=%q\n", resp.StatusCode,
+			date.Format(time.TimeOnly), resp.Header.Get("X-RateLimit-Remaining"),
+			reset.Format(time.TimeOnly), reset.Sub(date), resp.Header.Get("Retry-After"))
+	}
+	// Output:
+	// 200 date=12:00:03 remaining=1 reset=13:00:03 (date+1h0m0s) retry-after=""
+	// 200 date=12:00:03 remaining=0 reset=13:00:03 (date+1h0m0s) retry-after=""
+	// 403 date=12:00:03 remaining=0 reset=13:00:03 (date+1h0m0s) retry-after="3600"
+}
+
+// The same reset, 1.7 seconds past a whole one, as each Rounding writes it.
+func ExampleRounding() {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 700_000_000, time.UTC)
+	for _, r := range []retrytest.Rounding{retrytest.RoundUp, retrytest.RoundDown, retrytest.RoundNearest} {
+		provider := retrytest.NewTransport(retrytest.Config{
+			Family:    retrytest.Anthropic,
+			RateLimit: retrytest.RateLimit{Rate: 1, Burst: 1}, // full again a second after the first request
+			Rounding:  r,
+			Now:       func() time.Time { return start },
+		})
+		resp, err := provider.RoundTrip(must(http.NewRequest(http.MethodPost, "https://api.anthropic.test/v1/messages", nil)))
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Printf("%-5s %s\n", r, resp.Header.Get("anthropic-ratelimit-requests-reset"))
+	}
+	// Output:
+	// ceil  2026-11-30T12:00:02Z
+	// floor 2026-11-30T12:00:01Z
+	// round 2026-11-30T12:00:02Z
 }
 
 // steppingClock returns a clock that moves on by step at every reading. The

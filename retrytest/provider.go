@@ -27,6 +27,9 @@ type core struct {
 	reqTokens float64   // whole requests the bucket holds, fractional
 	tokTokens float64   // the token bucket
 	last      time.Time // when the buckets were last brought up to date
+	window    int64     // a fixed window's number, from 0 at the start
+	winReqs   int       // requests the current fixed window has admitted
+	winToks   int       // tokens the current fixed window has admitted
 	scriptPos int       // the next step of the shared script run
 	inService int
 	peak      int
@@ -85,7 +88,7 @@ func (c *core) arrive(r *http.Request, body []byte) *answer {
 		id = r.Header.Get(c.cfg.RequestIDHeader)
 	}
 	cost := 0
-	if c.cfg.RateLimit.TokenRate > 0 {
+	if c.cfg.RateLimit.tokenLimited() {
 		// The user's function runs outside the lock: it may be slow.
 		cost = c.cost(r, body)
 	}
@@ -120,6 +123,7 @@ func (c *core) arrive(r *http.Request, body []byte) *answer {
 	uReset, uSlow, uTruncate := c.rng.Float64(), c.rng.Float64(), c.rng.Float64()
 
 	c.setRequestID(a.header, a.n)
+	c.setDate(a.header, now)
 	if c.cfg.MaxAttempts > 0 && a.n > c.cfg.MaxAttempts {
 		a.status = http.StatusGone
 		c.setBody(a, `{"error":{"message":"retrytest fuse: more than MaxAttempts requests","type":"fuse"}}`, "application/json")
@@ -147,7 +151,7 @@ func (c *core) arrive(r *http.Request, body []byte) *answer {
 			return a
 		}
 	}
-	if c.cfg.RateLimit.Rate > 0 && !c.take(a, now, cost) {
+	if c.cfg.RateLimit.limited() && !c.take(a, now, cost) {
 		return a
 	}
 	if capa := c.cfg.Capacity; capa.Max > 0 {
@@ -279,39 +283,60 @@ func (c *core) setRequestID(h http.Header, n int) {
 	}
 }
 
-// take brings the buckets up to date and spends from them if they hold
-// enough, setting the family's headers on a. On a rejection it makes a the
+// setDate sets the Date header a server sends on every answer: the
+// arrival's instant on the server's clock, truncated to the second as
+// net/http writes it. Setting it keeps net/http from writing its own.
+func (c *core) setDate(h http.Header, now time.Time) {
+	h.Set("Date", now.Add(c.cfg.ClockOffset).UTC().Truncate(time.Second).Format(http.TimeFormat))
+}
+
+// stamp is the absolute time t as the server writes it: on its own clock
+// (ClockOffset), in UTC, cut to whole seconds as Rounding says.
+func (c *core) stamp(t time.Time) time.Time {
+	t = t.Add(c.cfg.ClockOffset).UTC()
+	switch c.cfg.Rounding {
+	case RoundDown:
+		return t.Truncate(time.Second)
+	case RoundNearest:
+		return t.Round(time.Second)
+	}
+	return ceilTime(t)
+}
+
+// limitState is what the families report of the rate limit after an
+// arrival: the request limit and, when there is one, the token limit.
+type limitState struct {
+	limit, remaining int
+	reset            time.Duration // until the bucket is full or the window ends
+	tokens           bool
+	tLimit           int
+	tRemaining       int
+	tReset           time.Duration
+	q, w             int64 // the IETF policy: q requests per w seconds
+}
+
+// take brings the limit up to date and spends from it if it holds enough,
+// setting the family's headers on a. On a rejection it makes a the
 // rejection and returns false.
 func (c *core) take(a *answer, now time.Time, cost int) bool {
 	rl := c.cfg.RateLimit
-	if el := now.Sub(c.last); el > 0 {
-		c.reqTokens = math.Min(float64(rl.Burst), c.reqTokens+rl.Rate*el.Seconds())
-		if rl.TokenRate > 0 {
-			c.tokTokens = math.Min(float64(rl.TokenBurst), c.tokTokens+rl.TokenRate*el.Seconds())
-		}
-		c.last = now
+	var (
+		reqOK, tokOK bool
+		wait         time.Duration // until this request would pass, if rejected
+		st           limitState
+	)
+	if rl.Window > 0 {
+		reqOK, tokOK, wait, st = c.takeWindow(now, cost)
+	} else {
+		reqOK, tokOK, wait, st = c.takeBucket(now, cost)
 	}
-	reqOK := c.reqTokens >= 1-epsilon
-	tokOK := rl.TokenRate == 0 || c.tokTokens >= float64(cost)-epsilon
-	if reqOK && tokOK {
-		c.reqTokens = math.Max(0, c.reqTokens-1)
-		c.tokTokens = math.Max(0, c.tokTokens-float64(cost))
-	}
-	c.setLimitHeaders(a.header, now)
+	c.setLimitHeaders(a.header, now, st)
 	if reqOK && tokOK {
 		return true
 	}
-	// The wait until this request would pass: the later of the two.
-	var wait time.Duration
 	kind, limit := "requests", rl.Burst
-	if !reqOK {
-		wait = seconds((1 - c.reqTokens) / rl.Rate)
-	}
-	if !tokOK {
-		wait = max(wait, seconds((float64(cost)-c.tokTokens)/rl.TokenRate))
-		if reqOK {
-			kind, limit = "tokens", rl.TokenBurst
-		}
+	if reqOK {
+		kind, limit = "tokens", rl.TokenBurst
 	}
 	typ := map[Family]string{OpenAI: "rate_limit_exceeded", Anthropic: "rate_limit_error", GitHub: "rate_limit"}[c.cfg.Family]
 	c.reject(a, rl.Status, typ, kind, limit)
@@ -319,55 +344,121 @@ func (c *core) take(a *answer, now time.Time, cost int) bool {
 	return false
 }
 
-// setLimitHeaders writes the family's rate-limit state, which the APIs send
-// on every answer, 200 and 429 alike.
-func (c *core) setLimitHeaders(h http.Header, now time.Time) {
+// takeBucket is take for the token buckets.
+func (c *core) takeBucket(now time.Time, cost int) (reqOK, tokOK bool, wait time.Duration, st limitState) {
 	rl := c.cfg.RateLimit
-	limit, remaining := rl.Burst, whole(c.reqTokens)
-	untilFull := seconds((float64(rl.Burst) - c.reqTokens) / rl.Rate)
-	tokens := rl.TokenRate > 0
-	tLimit, tRemaining := rl.TokenBurst, whole(c.tokTokens)
-	var tUntilFull time.Duration
-	if tokens {
-		tUntilFull = seconds((float64(rl.TokenBurst) - c.tokTokens) / rl.TokenRate)
+	tokens := rl.tokenLimited()
+	if el := now.Sub(c.last); el > 0 {
+		c.reqTokens = math.Min(float64(rl.Burst), c.reqTokens+rl.Rate*el.Seconds())
+		if tokens {
+			c.tokTokens = math.Min(float64(rl.TokenBurst), c.tokTokens+rl.TokenRate*el.Seconds())
+		}
+		c.last = now
 	}
+	reqOK = c.reqTokens >= 1-epsilon
+	tokOK = !tokens || c.tokTokens >= float64(cost)-epsilon
+	if reqOK && tokOK {
+		c.reqTokens = math.Max(0, c.reqTokens-1)
+		c.tokTokens = math.Max(0, c.tokTokens-float64(cost))
+	}
+	// The wait until this request would pass: the later of the two.
+	if !reqOK {
+		wait = seconds((1 - c.reqTokens) / rl.Rate)
+	}
+	if !tokOK {
+		wait = max(wait, seconds((float64(cost)-c.tokTokens)/rl.TokenRate))
+	}
+	st = limitState{
+		limit:     rl.Burst,
+		remaining: whole(c.reqTokens),
+		reset:     seconds((float64(rl.Burst) - c.reqTokens) / rl.Rate),
+		tokens:    tokens,
+	}
+	st.q, st.w = ietfPolicy(rl.Rate)
+	if tokens {
+		st.tLimit, st.tRemaining = rl.TokenBurst, whole(c.tokTokens)
+		st.tReset = seconds((float64(rl.TokenBurst) - c.tokTokens) / rl.TokenRate)
+	}
+	return reqOK, tokOK, wait, st
+}
+
+// takeWindow is take for a fixed window: Burst requests (and TokenBurst
+// tokens) per Window, the windows counted from the provider's start.
+func (c *core) takeWindow(now time.Time, cost int) (reqOK, tokOK bool, wait time.Duration, st limitState) {
+	rl := c.cfg.RateLimit
+	tokens := rl.tokenLimited()
+	since := now.Sub(c.start)
+	n := int64(since / rl.Window)
+	if since < 0 && since%rl.Window != 0 {
+		n-- // floor, for a clock read before the start
+	}
+	// A new window starts afresh; a clock that steps back stays in the
+	// window it was in.
+	if n > c.window {
+		c.window, c.winReqs, c.winToks = n, 0, 0
+	}
+	end := c.start.Add(time.Duration(c.window+1) * rl.Window)
+	reqOK = c.winReqs+1 <= rl.Burst
+	tokOK = !tokens || c.winToks+cost <= rl.TokenBurst
+	if reqOK && tokOK {
+		c.winReqs++
+		c.winToks += cost
+	} else {
+		wait = end.Sub(now)
+	}
+	st = limitState{
+		limit:     rl.Burst,
+		remaining: rl.Burst - c.winReqs,
+		reset:     end.Sub(now),
+		tokens:    tokens,
+		q:         int64(rl.Burst),
+		w:         max(1, ceilSeconds(rl.Window)),
+	}
+	if tokens {
+		st.tLimit, st.tRemaining, st.tReset = rl.TokenBurst, rl.TokenBurst-c.winToks, st.reset
+	}
+	return reqOK, tokOK, wait, st
+}
+
+// setLimitHeaders writes the family's rate-limit state, which the APIs send
+// on every answer, 200 and 429 alike. Plain sends none.
+func (c *core) setLimitHeaders(h http.Header, now time.Time, st limitState) {
 	itoa := strconv.Itoa
 	switch c.cfg.Family {
 	case OpenAI:
 		// A Go duration until the bucket is full, in whole milliseconds
 		// ("90ms", "1.2s", "0s"): OpenAI sends no finer values.
-		h.Set("X-Ratelimit-Limit-Requests", itoa(limit))
-		h.Set("X-Ratelimit-Remaining-Requests", itoa(remaining))
-		h.Set("X-Ratelimit-Reset-Requests", ceilDur(untilFull, time.Millisecond).String())
-		if tokens {
-			h.Set("X-Ratelimit-Limit-Tokens", itoa(tLimit))
-			h.Set("X-Ratelimit-Remaining-Tokens", itoa(tRemaining))
-			h.Set("X-Ratelimit-Reset-Tokens", ceilDur(tUntilFull, time.Millisecond).String())
+		h.Set("X-Ratelimit-Limit-Requests", itoa(st.limit))
+		h.Set("X-Ratelimit-Remaining-Requests", itoa(st.remaining))
+		h.Set("X-Ratelimit-Reset-Requests", ceilDur(st.reset, time.Millisecond).String())
+		if st.tokens {
+			h.Set("X-Ratelimit-Limit-Tokens", itoa(st.tLimit))
+			h.Set("X-Ratelimit-Remaining-Tokens", itoa(st.tRemaining))
+			h.Set("X-Ratelimit-Reset-Tokens", ceilDur(st.tReset, time.Millisecond).String())
 		}
 	case Anthropic:
 		// The instant the bucket is full again, RFC 3339 in UTC with whole
-		// seconds, rounded up so it is never early.
-		h.Set("Anthropic-Ratelimit-Requests-Limit", itoa(limit))
-		h.Set("Anthropic-Ratelimit-Requests-Remaining", itoa(remaining))
-		h.Set("Anthropic-Ratelimit-Requests-Reset", ceilTime(now.Add(untilFull)).Format(time.RFC3339))
-		if tokens {
-			reset := ceilTime(now.Add(tUntilFull)).Format(time.RFC3339)
+		// seconds, as Rounding says (by default rounded up, never early).
+		h.Set("Anthropic-Ratelimit-Requests-Limit", itoa(st.limit))
+		h.Set("Anthropic-Ratelimit-Requests-Remaining", itoa(st.remaining))
+		h.Set("Anthropic-Ratelimit-Requests-Reset", c.stamp(now.Add(st.reset)).Format(time.RFC3339))
+		if st.tokens {
+			reset := c.stamp(now.Add(st.tReset)).Format(time.RFC3339)
 			for _, p := range []string{"Anthropic-Ratelimit-Tokens-", "Anthropic-Ratelimit-Input-Tokens-"} {
-				h.Set(p+"Limit", itoa(tLimit))
-				h.Set(p+"Remaining", itoa(tRemaining))
+				h.Set(p+"Limit", itoa(st.tLimit))
+				h.Set(p+"Remaining", itoa(st.tRemaining))
 				h.Set(p+"Reset", reset)
 			}
 		}
 	case GitHub:
-		h.Set("X-Ratelimit-Limit", itoa(limit))
-		h.Set("X-Ratelimit-Remaining", itoa(remaining))
-		h.Set("X-Ratelimit-Reset", strconv.FormatInt(ceilTime(now.Add(untilFull)).Unix(), 10))
-		h.Set("X-Ratelimit-Used", itoa(limit-remaining))
+		h.Set("X-Ratelimit-Limit", itoa(st.limit))
+		h.Set("X-Ratelimit-Remaining", itoa(st.remaining))
+		h.Set("X-Ratelimit-Reset", strconv.FormatInt(c.stamp(now.Add(st.reset)).Unix(), 10))
+		h.Set("X-Ratelimit-Used", itoa(st.limit-st.remaining))
 		h.Set("X-Ratelimit-Resource", "core")
 	case IETF:
-		q, w := ietfPolicy(rl.Rate)
-		h.Set("RateLimit", `"default";r=`+itoa(remaining)+`;t=`+strconv.FormatInt(ceilSeconds(untilFull), 10))
-		h.Set("RateLimit-Policy", `"default";q=`+strconv.FormatInt(q, 10)+`;w=`+strconv.FormatInt(w, 10))
+		h.Set("RateLimit", `"default";r=`+itoa(st.remaining)+`;t=`+strconv.FormatInt(ceilSeconds(st.reset), 10))
+		h.Set("RateLimit-Policy", `"default";q=`+strconv.FormatInt(st.q, 10)+`;w=`+strconv.FormatInt(st.w, 10))
 	}
 }
 
@@ -395,7 +486,7 @@ func (c *core) retryAfter(h http.Header, wait time.Duration, now time.Time) {
 	case RetryAfterSeconds:
 		h.Set("Retry-After", secs)
 	case RetryAfterDate:
-		h.Set("Retry-After", ceilTime(now.Add(wait)).Format(http.TimeFormat))
+		h.Set("Retry-After", c.stamp(now.Add(wait)).Format(http.TimeFormat))
 	case RetryAfterMillis:
 		h.Set("Retry-After-Ms", ms)
 	case RetryAfterMillisAndSeconds:

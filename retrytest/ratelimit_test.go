@@ -270,3 +270,166 @@ func TestRetryAfterStyles(t *testing.T) {
 		assert.Equal(t, tc.retryAfterM, r.header.Get("Retry-After-Ms"), "style %q", tc.style)
 	}
 }
+
+// TestGitHubFixedWindow: GitHub's real limit, a fixed window. Each window
+// admits Burst requests, what one leaves over is lost, and the reset is the
+// window's end.
+func TestGitHubFixedWindow(t *testing.T) {
+	clk := newClock()
+	tr := transport(retrytest.Config{
+		Family:    retrytest.GitHub,
+		RateLimit: retrytest.RateLimit{Window: time.Hour, Burst: 3},
+	}, clk)
+	names := []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "X-Ratelimit-Used", "Retry-After"}
+	const firstEnd = "1796043600" // t0 + 1h
+	for _, tc := range []struct {
+		at     time.Duration
+		status int
+		want   map[string]string
+	}{
+		{0, 200, map[string]string{"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": "2", "X-Ratelimit-Reset": firstEnd, "X-Ratelimit-Used": "1", "Retry-After": ""}},
+		{10 * time.Minute, 200, map[string]string{"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": "1", "X-Ratelimit-Reset": firstEnd, "X-Ratelimit-Used": "2", "Retry-After": ""}},
+		{20 * time.Minute, 200, map[string]string{"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": firstEnd, "X-Ratelimit-Used": "3", "Retry-After": ""}},
+		// Nothing refills within the window: the wait is to its end.
+		{30 * time.Minute, 403, map[string]string{"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": firstEnd, "X-Ratelimit-Used": "3", "Retry-After": "1800"}},
+		{time.Hour - time.Millisecond, 403, map[string]string{"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": firstEnd, "X-Ratelimit-Used": "3", "Retry-After": "1"}},
+		// The next window starts afresh at its first instant.
+		{time.Hour, 200, map[string]string{"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": "2", "X-Ratelimit-Reset": "1796047200", "X-Ratelimit-Used": "1", "Retry-After": ""}},
+		// Its unused requests are not carried over; windows nobody used
+		// are skipped.
+		{5*time.Hour + 30*time.Minute, 200, map[string]string{"X-Ratelimit-Limit": "3", "X-Ratelimit-Remaining": "2", "X-Ratelimit-Reset": "1796061600", "X-Ratelimit-Used": "1", "Retry-After": ""}},
+	} {
+		clk.Set(tc.at)
+		r := do(t, tr, apiURL, "")
+		assert.Equal(t, tc.status, r.status, "at %v", tc.at)
+		assert.Equal(t, tc.want, headers(r.header, names...), "at %v", tc.at)
+		if tc.status == 403 {
+			assert.Contains(t, jsonField(t, r.body, "message"), "API rate limit exceeded")
+		}
+	}
+	assert.Equal(t, map[int]int{200: 5, 403: 2}, tr.Stats().Statuses)
+}
+
+// TestFixedWindowEveryFamily: every family reports a fixed window: the
+// quota left in it and the time until it ends.
+func TestFixedWindowEveryFamily(t *testing.T) {
+	rl := retrytest.RateLimit{Window: time.Minute, Burst: 2}
+	send := func(f retrytest.Family, style retrytest.RetryAfterStyle) (first, rejected reply) {
+		clk := newClock()
+		tr := transport(retrytest.Config{Family: f, RetryAfter: style, RateLimit: rl}, clk)
+		clk.Set(15 * time.Second)
+		first = do(t, tr, apiURL, "")
+		require.Equal(t, 200, first.status, f)
+		do(t, tr, apiURL, "")
+		clk.Set(40*time.Second + 500*time.Millisecond)
+		rejected = do(t, tr, apiURL, "")
+		return first, rejected
+	}
+
+	first, r := send(retrytest.Anthropic, retrytest.RetryAfterDate)
+	assert.Equal(t, "1", first.header.Get("Anthropic-Ratelimit-Requests-Remaining"))
+	assert.Equal(t, "2026-11-30T12:01:00Z", first.header.Get("Anthropic-Ratelimit-Requests-Reset"))
+	assert.Equal(t, 429, r.status)
+	assert.Equal(t, "0", r.header.Get("Anthropic-Ratelimit-Requests-Remaining"))
+	assert.Equal(t, "2026-11-30T12:01:00Z", r.header.Get("Anthropic-Ratelimit-Requests-Reset"))
+	assert.Equal(t, "Mon, 30 Nov 2026 12:01:00 GMT", r.header.Get("Retry-After"), "until the window's end")
+
+	first, r = send(retrytest.OpenAI, retrytest.RetryAfterMillisAndSeconds)
+	assert.Equal(t, "2", first.header.Get("X-Ratelimit-Limit-Requests"))
+	assert.Equal(t, "1", first.header.Get("X-Ratelimit-Remaining-Requests"))
+	assert.Equal(t, "45s", first.header.Get("X-Ratelimit-Reset-Requests"))
+	assert.Equal(t, 429, r.status)
+	assert.Equal(t, "19.5s", r.header.Get("X-Ratelimit-Reset-Requests"))
+	assert.Equal(t, "19500", r.header.Get("Retry-After-Ms"))
+	assert.Equal(t, "20", r.header.Get("Retry-After"))
+
+	first, r = send(retrytest.IETF, retrytest.RetryAfterSeconds)
+	assert.Equal(t, `"default";r=1;t=45`, first.header.Get("RateLimit"))
+	assert.Equal(t, `"default";q=2;w=60`, first.header.Get("RateLimit-Policy"))
+	assert.Equal(t, 429, r.status)
+	assert.Equal(t, `"default";r=0;t=20`, r.header.Get("RateLimit"))
+	assert.Equal(t, "20", r.header.Get("Retry-After"))
+
+	_, r = send(retrytest.Plain, retrytest.RetryAfterSeconds)
+	assert.Equal(t, 429, r.status)
+	assert.Equal(t, "20", r.header.Get("Retry-After"))
+}
+
+// TestFixedWindowDefaultsAndTokens: Burst defaults to Rate*Window, and a
+// token limit counts per window too.
+func TestFixedWindowDefaultsAndTokens(t *testing.T) {
+	tr := transport(retrytest.Config{
+		Family:    retrytest.OpenAI,
+		RateLimit: retrytest.RateLimit{Window: time.Minute, Rate: 0.5},
+	}, newClock())
+	assert.Equal(t, "30", do(t, tr, apiURL, "").header.Get("X-Ratelimit-Limit-Requests"), "0.5/s for a minute")
+
+	clk := newClock()
+	tr = transport(retrytest.Config{
+		Family:    retrytest.Anthropic,
+		RateLimit: retrytest.RateLimit{Window: time.Minute, Burst: 10, TokenBurst: 100},
+	}, clk)
+	r := do(t, tr, apiURL, strings.Repeat("x", 240)) // 60 tokens
+	require.Equal(t, 200, r.status)
+	for _, p := range []string{"Anthropic-Ratelimit-Tokens-", "Anthropic-Ratelimit-Input-Tokens-"} {
+		assert.Equal(t, "100", r.header.Get(p+"Limit"), p)
+		assert.Equal(t, "40", r.header.Get(p+"Remaining"), p)
+		assert.Equal(t, "2026-11-30T12:01:00Z", r.header.Get(p+"Reset"), p)
+	}
+	clk.Set(30 * time.Second)
+	r = do(t, tr, apiURL, strings.Repeat("x", 240))
+	require.Equal(t, 429, r.status, "60 tokens, 40 left")
+	assert.Equal(t, "9", r.header.Get("Anthropic-Ratelimit-Requests-Remaining"), "a rejection takes nothing")
+	assert.Equal(t, "30", r.header.Get("Retry-After"))
+	assert.Contains(t, jsonField(t, r.body, "error", "message"), "100 tokens")
+	assert.Equal(t, 200, do(t, tr, apiURL, strings.Repeat("x", 160)).status, "40 tokens fit")
+	clk.Set(time.Minute)
+	r = do(t, tr, apiURL, strings.Repeat("x", 240))
+	assert.Equal(t, 200, r.status)
+	assert.Equal(t, "40", r.header.Get("Anthropic-Ratelimit-Tokens-Remaining"))
+}
+
+// TestPlainSendsNoRateLimitHeaders: the "no headers at all" world. A Plain
+// provider limits without saying so: its answers carry no rate-limit state,
+// its 429 only the Retry-After of the style, and with RetryAfterNone
+// nothing but the status.
+func TestPlainSendsNoRateLimitHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		style retrytest.RetryAfterStyle
+		rl    retrytest.RateLimit
+		extra []string // headers a 429 has beyond the bare ones
+	}{
+		{retrytest.RetryAfterSeconds, retrytest.RateLimit{Rate: 1, Burst: 1}, []string{"Retry-After"}},
+		{retrytest.RetryAfterMillis, retrytest.RateLimit{Rate: 1, Burst: 1}, []string{"Retry-After-Ms"}},
+		{retrytest.RetryAfterNone, retrytest.RateLimit{Rate: 1, Burst: 1}, nil},
+		{retrytest.RetryAfterNone, retrytest.RateLimit{Rate: 1, Burst: 1, TokenRate: 100}, nil},
+		{retrytest.RetryAfterNone, retrytest.RateLimit{Window: time.Minute, Burst: 1}, nil},
+	} {
+		cfg := retrytest.Config{RetryAfter: tc.style, RateLimit: tc.rl}
+		srv := retrytest.NewServer(cfg)
+		for form, rt := range map[string]http.RoundTripper{"server": srv.Client().Transport, "transport": retrytest.NewTransport(cfg)} {
+			url := apiURL
+			if form == "server" {
+				url = srv.URL
+			}
+			bare := []string{"Content-Length", "Content-Type", "Date"}
+			r := do(t, rt, url, "")
+			require.Equal(t, 200, r.status)
+			assert.ElementsMatch(t, bare, keys(r.header), "%s %s 200", form, tc.style)
+			r = do(t, rt, url, "")
+			require.Equal(t, 429, r.status)
+			assert.ElementsMatch(t, append(bare, tc.extra...), keys(r.header), "%s %s 429", form, tc.style)
+			assert.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
+		}
+		srv.Close()
+	}
+}
+
+// keys lists the names of the headers in h.
+func keys(h http.Header) []string {
+	var names []string
+	for k := range h {
+		names = append(names, k)
+	}
+	return names
+}

@@ -205,6 +205,15 @@ func TestTransportStatusLineMatchesServer(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	assert.NoError(t, retrytest.Config{}.Validate())
+	for _, c := range []retrytest.Config{
+		{Rounding: retrytest.RoundUp}, {Rounding: retrytest.RoundDown}, {Rounding: retrytest.RoundNearest},
+		{ClockOffset: -time.Hour},
+		{RateLimit: retrytest.RateLimit{Window: time.Hour, Burst: 5000}},
+		{RateLimit: retrytest.RateLimit{Window: time.Minute, Rate: 1}},
+		{RateLimit: retrytest.RateLimit{Window: time.Minute, Burst: 5, TokenRate: 10}},
+	} {
+		assert.NoError(t, c.Validate(), "%+v", c)
+	}
 	for _, tc := range []struct {
 		cfg  retrytest.Config
 		want string
@@ -216,6 +225,11 @@ func TestValidate(t *testing.T) {
 		{retrytest.Config{RateLimit: retrytest.RateLimit{Rate: math.NaN()}}, "finite"},
 		{retrytest.Config{RateLimit: retrytest.RateLimit{Rate: 1, Burst: -1}}, "Burst"},
 		{retrytest.Config{RateLimit: retrytest.RateLimit{TokenRate: 1}}, "needs a Rate"},
+		{retrytest.Config{Rounding: "up"}, `unknown Rounding "up"`},
+		{retrytest.Config{Rounding: "Floor"}, `unknown Rounding "Floor"`},
+		{retrytest.Config{RateLimit: retrytest.RateLimit{Window: -time.Second, Burst: 1}}, "Window must not be negative"},
+		{retrytest.Config{RateLimit: retrytest.RateLimit{Window: time.Second}}, "Window needs a Burst"},
+		{retrytest.Config{RateLimit: retrytest.RateLimit{Window: time.Second, TokenBurst: 5}}, "Window needs a Burst"},
 		{retrytest.Config{RateLimit: retrytest.RateLimit{Rate: 1, Status: 200}}, "not an error status"},
 		{retrytest.Config{Overload: []retrytest.Window{{From: time.Second, Until: time.Second}}}, "Overload[0]"},
 		{retrytest.Config{Overload: []retrytest.Window{{Until: time.Second, Status: 302}}}, "not an error status"},

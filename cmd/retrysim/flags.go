@@ -26,6 +26,9 @@ type config struct {
 	limit       float64 // burst: the provider's rate limit, requests per second
 	limitBurst  int     // burst: the bucket's size
 	family      retrytest.Family
+	rounding    retrytest.Rounding // burst: how absolute times in headers are cut to seconds
+	clockOffset time.Duration      // burst: the provider's clock minus the client's
+	window      time.Duration      // burst: > 0 makes the limit a fixed window
 	outage      time.Duration
 	resets      float64
 	unavailable float64
@@ -84,6 +87,7 @@ func defaultConfig() config {
 		limit:       100,
 		limitBurst:  10,
 		family:      retrytest.Anthropic,
+		rounding:    retrytest.RoundUp,
 		outage:      2 * time.Second,
 		resets:      0.05,
 		unavailable: 0.10,
@@ -118,7 +122,8 @@ against them with several policies side by side, and prints a summary table
 and writes an SVG chart of requests over time by outcome.
 
 Scenarios (-scenario):
-  burst       many goroutines at once against a rate limit (429s)
+  burst       many goroutines at once against a rate limit (429s); -family,
+              -window, -rounding and -clock-offset pick the server imitated
   outage      529 overloaded for the first -outage, then 200
   flaky       connection resets, 503s, slow headers and bodies cut short
   contention  -clients clients each making one write against a provider
@@ -146,7 +151,7 @@ Flags:
 
 // textFlags are the flags parsed as strings and converted by fill.
 type textFlags struct {
-	scenarios, policies, family, strategy string
+	scenarios, policies, family, rounding, strategy string
 }
 
 // parseFlags reads and checks the flags. Problems are reported on stderr;
@@ -164,7 +169,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	})
 
-	problem := cfg.fill(tf.scenarios, tf.policies, tf.family, tf.strategy)
+	problem := cfg.fill(tf)
 	if problem == "" && fs.NArg() > 0 {
 		problem = fmt.Sprintf("unexpected argument %q: retrysim takes flags only", fs.Arg(0))
 	}
@@ -179,7 +184,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("retrysim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	tf.family, tf.strategy = string(cfg.family), cfg.strategy.String()
+	tf.family, tf.rounding, tf.strategy = string(cfg.family), string(cfg.rounding), cfg.strategy.String()
 	fs.StringVar(&tf.scenarios, "scenario", "all", "scenarios to run, comma-separated: burst, outage, flaky, contention, or all")
 	fs.StringVar(&tf.policies, "policies", strings.Join(cfg.policies, ","), "policies to compare in burst, outage and flaky, comma-separated:\nnone, fixed, exponential, retryhttp, custom")
 
@@ -189,6 +194,9 @@ func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&cfg.limit, "limit", cfg.limit, "burst: the provider's rate limit in requests per second")
 	fs.IntVar(&cfg.limitBurst, "limit-burst", cfg.limitBurst, "burst: how many requests the provider's bucket lets through at once")
 	fs.StringVar(&tf.family, "family", tf.family, "burst: whose rate-limit headers and error bodies the provider sends:\nanthropic, openai, github, ietf or plain")
+	fs.DurationVar(&cfg.window, "window", cfg.window, "burst: when positive, the provider's limit is a fixed window of this\nlength, as GitHub's API counts, admitting -limit x -window requests\nin each (-limit-burst is then unused); 0 is a token bucket")
+	fs.StringVar(&tf.rounding, "rounding", tf.rounding, "burst: how the provider cuts the absolute times in its headers\n(resets, Retry-After dates) to whole seconds: ceil (never early),\nfloor (truncated, as many servers do) or round")
+	fs.DurationVar(&cfg.clockOffset, "clock-offset", cfg.clockOffset, "burst: the provider's clock minus the client's, e.g. -3s: its Date,\nresets and Retry-After dates are written on that clock (-24h to 24h)")
 	fs.DurationVar(&cfg.outage, "outage", cfg.outage, "outage: how long the provider answers 529 before it recovers")
 	fs.Float64Var(&cfg.resets, "resets", cfg.resets, "flaky: probability that an attempt's connection is reset")
 	fs.Float64Var(&cfg.unavailable, "unavailable", cfg.unavailable, "flaky: probability that an attempt is answered 503")
@@ -224,26 +232,32 @@ func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 
 // fill converts the string flags and checks every value, returning what is
 // wrong, or "".
-func (cfg *config) fill(scenarios, policies, family, strategy string) string {
+func (cfg *config) fill(tf textFlags) string {
 	var err string
-	if cfg.scenarios, err = pickList("-scenario", scenarios, allScenarios); err != "" {
+	if cfg.scenarios, err = pickList("-scenario", tf.scenarios, allScenarios); err != "" {
 		return err
 	}
-	if cfg.policies, err = pickList("-policies", policies, allPolicies); err != "" {
+	if cfg.policies, err = pickList("-policies", tf.policies, allPolicies); err != "" {
 		return err
 	}
 	if len(cfg.policySet) > 0 && !slices.Contains(cfg.policies, "custom") {
 		cfg.policies = append(cfg.policies, "custom")
 	}
-	switch f := retrytest.Family(strings.ToLower(family)); f {
+	switch f := retrytest.Family(strings.ToLower(tf.family)); f {
 	case retrytest.Anthropic, retrytest.OpenAI, retrytest.GitHub, retrytest.IETF:
 		cfg.family = f
 	case "plain":
 		cfg.family = retrytest.Plain
 	default:
-		return fmt.Sprintf("-family must be anthropic, openai, github, ietf or plain, got %q", family)
+		return fmt.Sprintf("-family must be anthropic, openai, github, ietf or plain, got %q", tf.family)
 	}
-	switch strings.ToLower(strategy) {
+	switch r := retrytest.Rounding(strings.ToLower(tf.rounding)); r {
+	case retrytest.RoundUp, retrytest.RoundDown, retrytest.RoundNearest:
+		cfg.rounding = r
+	default:
+		return fmt.Sprintf("-rounding must be ceil, floor or round, got %q", tf.rounding)
+	}
+	switch strings.ToLower(tf.strategy) {
 	case "additive":
 		cfg.strategy = retryhttp.AdditiveJitter
 	case "full":
@@ -251,7 +265,7 @@ func (cfg *config) fill(scenarios, policies, family, strategy string) string {
 	case "decorrelated":
 		cfg.strategy = retryhttp.DecorrelatedJitter
 	default:
-		return fmt.Sprintf("-strategy must be additive, full or decorrelated, got %q", strategy)
+		return fmt.Sprintf("-strategy must be additive, full or decorrelated, got %q", tf.strategy)
 	}
 	between := func(name string, v, lo, hi int) string {
 		if v < lo || v > hi {
@@ -277,6 +291,12 @@ func (cfg *config) fill(scenarios, policies, family, strategy string) string {
 		}
 		return ""
 	}
+	durBetween := func(name string, d, lo, hi time.Duration) string {
+		if d < lo || d > hi {
+			return fmt.Sprintf("%s must be between %v and %v, got %v", name, lo, hi, d)
+		}
+		return ""
+	}
 	positiveDur := func(name string, d time.Duration) string {
 		if d <= 0 {
 			return fmt.Sprintf("%s must be positive, got %v", name, d)
@@ -289,6 +309,8 @@ func (cfg *config) fill(scenarios, policies, family, strategy string) string {
 		positive("-rate", cfg.rate),
 		positive("-limit", cfg.limit),
 		between("-limit-burst", cfg.limitBurst, 1, 1000000),
+		durBetween("-window", cfg.window, 0, 24*time.Hour),
+		durBetween("-clock-offset", cfg.clockOffset, -24*time.Hour, 24*time.Hour),
 		positiveDur("-outage", cfg.outage),
 		probability("-resets", cfg.resets),
 		probability("-unavailable", cfg.unavailable),

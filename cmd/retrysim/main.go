@@ -5,7 +5,10 @@
 // scenarios against them:
 //
 //   - burst: many goroutines at once against a rate limit that answers 429
-//     with Retry-After and a provider's rate-limit headers;
+//     with Retry-After and a provider's rate-limit headers; -family picks
+//     the provider, -window makes its limit a fixed window, and -rounding
+//     and -clock-offset make the times in its headers as coarse and as
+//     skewed as real servers' are;
 //   - outage: 529 overloaded for the first seconds, then 200;
 //   - flaky: connection resets, 503s, slow headers, bodies cut short;
 //   - contention: many clients each making one write against a provider of

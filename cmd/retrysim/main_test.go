@@ -57,6 +57,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	// The defaults shown are the ones the command runs with.
 	assert.Contains(t, help, `(default "all")`)
 	assert.Contains(t, help, `(default "retrysim.svg")`)
+	assert.Contains(t, help, `(default "ceil")`)
 }
 
 func TestPolicyFlagsAreTheOnesThatAddCustom(t *testing.T) {
@@ -76,6 +77,17 @@ func TestParseFlagsDefaults(t *testing.T) {
 	assert.Equal(t, []string{"none", "fixed", "exponential", "retryhttp"}, cfg.policies,
 		"no policy flag: no custom policy")
 	assert.Equal(t, retrytest.Anthropic, cfg.family)
+	assert.Equal(t, retrytest.RoundUp, cfg.rounding)
+	assert.Zero(t, cfg.clockOffset)
+	assert.Zero(t, cfg.window)
+	// The default burst is today's: a token bucket, times rounded up, a
+	// clock in step with the client's.
+	p := buildScenario(cfg, "burst").provider()
+	assert.Equal(t, retrytest.RateLimit{Rate: 100, Burst: 10}, p.RateLimit)
+	assert.Equal(t, retrytest.RoundUp, p.Rounding)
+	assert.Zero(t, p.ClockOffset)
+	assert.Equal(t, "Anthropic-style API limited to 100 requests/s (bucket of 10), answering 429 with Retry-After "+
+		"and its rate-limit headers; 200 requests from 200 goroutines at once", buildScenario(cfg, "burst").about)
 	assert.Equal(t, retryhttp.DefaultMaxRetries, cfg.maxRetries)
 	assert.Equal(t, retryhttp.DefaultBackoffBase, cfg.base)
 	assert.Equal(t, retryhttp.AdditiveJitter, cfg.strategy)
@@ -112,6 +124,45 @@ func TestParseFlagsPolicyFlagsAddCustom(t *testing.T) {
 	assert.Equal(t, []string{"no jitter", "additive", "full", "decorrelated", "custom"}, names)
 }
 
+// The server-world flags reach the burst scenario's provider.
+func TestParseFlagsServerWorld(t *testing.T) {
+	cfg, err := parseFlags([]string{"-family", "github", "-rounding", "FLOOR", "-clock-offset", "-3s",
+		"-window", "1h", "-limit", "1.5"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, retrytest.RoundDown, cfg.rounding)
+	assert.Equal(t, -3*time.Second, cfg.clockOffset)
+	assert.Equal(t, time.Hour, cfg.window)
+	assert.Empty(t, cfg.policySet, "they shape the provider, not the policy")
+
+	sc := buildScenario(cfg, "burst")
+	p := sc.provider()
+	assert.NoError(t, p.Validate())
+	assert.Equal(t, retrytest.GitHub, p.Family)
+	assert.Equal(t, retrytest.RoundDown, p.Rounding)
+	assert.Equal(t, -3*time.Second, p.ClockOffset)
+	assert.Equal(t, retrytest.RateLimit{Rate: 1.5, Burst: 5400, Window: time.Hour}, p.RateLimit, "-limit x -window")
+	assert.Equal(t, "GitHub-style API limited to 5400 requests per fixed window of 1h0m0s, answering 403 with Retry-After "+
+		"and its rate-limit headers (absolute times truncated to the second, its clock 3s behind the client's); "+
+		"200 requests from 200 goroutines at once", sc.about)
+
+	cfg, err = parseFlags([]string{"-family", "plain", "-rounding", "round", "-clock-offset", "2m"}, io.Discard)
+	require.NoError(t, err)
+	sc = buildScenario(cfg, "burst")
+	assert.Equal(t, retrytest.RoundNearest, sc.provider().Rounding)
+	assert.Equal(t, retrytest.RateLimit{Rate: 100, Burst: 10}, sc.provider().RateLimit, "no -window: a bucket")
+	assert.Contains(t, sc.about, "and no rate-limit headers (absolute times rounded to the nearest second, its clock 2m0s ahead of the client's)")
+
+	// Only the burst's provider is touched.
+	for _, key := range []string{"outage", "flaky", "contention"} {
+		p := buildScenario(cfg, key).provider()
+		assert.Zero(t, p.ClockOffset, key)
+		assert.Empty(t, p.Rounding, key)
+	}
+
+	assert.Equal(t, 7, windowQuota(0.07, 100*time.Second), "no floating-point noise")
+	assert.Equal(t, 1, windowQuota(0.001, time.Second), "at least one")
+}
+
 func TestParseFlagsRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -122,6 +173,12 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{[]string{"-policies", "retry"}, `-policies: unknown name "retry"`},
 		{[]string{"-family", "azure"}, "-family must be"},
 		{[]string{"-strategy", "equal"}, "-strategy must be additive, full or decorrelated"},
+		{[]string{"-rounding", "up"}, `-rounding must be ceil, floor or round, got "up"`},
+		{[]string{"-rounding", ""}, "-rounding must be ceil, floor or round"},
+		{[]string{"-window", "-1s"}, "-window must be between 0s and 24h0m0s, got -1s"},
+		{[]string{"-window", "25h"}, "-window must be between 0s and 24h0m0s"},
+		{[]string{"-clock-offset", "-25h"}, "-clock-offset must be between -24h0m0s and 24h0m0s, got -25h0m0s"},
+
 		{[]string{"-requests", "0"}, "-requests must be between 1 and 10000"},
 		{[]string{"-concurrency", "5000"}, "-concurrency must be between 1 and 1000"},
 		{[]string{"-rate", "0"}, "-rate must be a positive number"},
@@ -147,6 +204,13 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	var stderr bytes.Buffer
 	assert.Equal(t, 2, realMain(context.Background(), []string{"-no-such-flag"}, io.Discard, &stderr))
 	assert.Contains(t, stderr.String(), "flag provided but not defined: -no-such-flag")
+
+	// A duration needs its unit; the flag package says so.
+	for _, args := range [][]string{{"-window", "60"}, {"-clock-offset", "3"}} {
+		stderr.Reset()
+		assert.Equal(t, 2, realMain(context.Background(), args, io.Discard, &stderr), "%v", args)
+		assert.Contains(t, stderr.String(), `invalid value "`+args[1]+`" for flag `+args[0], "%v", args)
+	}
 }
 
 func TestPickList(t *testing.T) {

@@ -252,6 +252,21 @@ func TestBurstAgainstRateLimitCountsThrottling(t *testing.T) {
 	assert.Greater(t, fixed.succeeded, none.succeeded)
 }
 
+// A fixed window admits its quota and no more until it ends: with an hour's
+// window nothing refills during the run.
+func TestBurstAgainstFixedWindow(t *testing.T) {
+	cfg := tinyConfig(t, "burst")
+	cfg.policies = []string{"none"}
+	cfg.family, cfg.window, cfg.limit = retrytest.GitHub, time.Hour, 0.001 // 4 requests an hour
+	cfg.rounding, cfg.clockOffset = retrytest.RoundDown, -3*time.Second
+	groups, out, _ := runTiny(t, cfg)
+	assert.Contains(t, out, "GitHub-style API limited to 4 requests per fixed window of 1h0m0s")
+	none := byPolicy(t, groups[0], "no retries")
+	assert.Equal(t, 4, none.succeeded)
+	assert.Equal(t, cfg.requests-4, none.byKind[kindThrottled], "the rest are throttled")
+	assert.Equal(t, map[int]int{200: 4, 403: cfg.requests - 4}, groups[0][0].server.Statuses)
+}
+
 func TestRunStopsAtMaxTime(t *testing.T) {
 	cfg := tinyConfig(t, "outage")
 	cfg.policies = []string{"none", "fixed"}

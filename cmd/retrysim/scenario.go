@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/retryhttp/retryhttp/retrytest"
 )
@@ -63,18 +66,30 @@ func buildScenario(cfg config, key string) scenario {
 		if cfg.family == retrytest.OpenAI {
 			style = retrytest.RetryAfterMillisAndSeconds // as OpenAI sends it
 		}
+		limit := fmt.Sprintf("%g requests/s (bucket of %d)", cfg.limit, cfg.limitBurst)
+		rl := retrytest.RateLimit{Rate: cfg.limit, Burst: cfg.limitBurst}
+		if cfg.window > 0 {
+			rl.Burst, rl.Window = windowQuota(cfg.limit, cfg.window), cfg.window
+			limit = fmt.Sprintf("%d requests per fixed window of %s", rl.Burst, fmtDur(cfg.window))
+		}
+		headers := "its rate-limit headers"
+		if cfg.family == retrytest.Plain {
+			headers = "no rate-limit headers"
+		}
 		return scenario{
 			key:   key,
 			title: "Burst against a rate limit",
-			about: fmt.Sprintf("%s API limited to %g requests/s (bucket of %d), answering %s with Retry-After "+
-				"and its rate-limit headers; %d requests from %d goroutines at once",
-				familyName(cfg.family), cfg.limit, cfg.limitBurst, throttleStatus(cfg.family),
+			about: fmt.Sprintf("%s API limited to %s, answering %s with Retry-After "+
+				"and %s%s; %d requests from %d goroutines at once",
+				familyName(cfg.family), limit, throttleStatus(cfg.family), headers, serverClock(cfg),
 				cfg.requests, min(cfg.concurrency, cfg.requests)),
 			provider: func() retrytest.Config {
 				return retrytest.Config{
 					Family:          cfg.family,
 					RetryAfter:      style,
-					RateLimit:       retrytest.RateLimit{Rate: cfg.limit, Burst: cfg.limitBurst},
+					Rounding:        cfg.rounding,
+					ClockOffset:     cfg.clockOffset,
+					RateLimit:       rl,
 					Seed:            cfg.seed,
 					RequestIDHeader: requestIDHeader,
 					MaxAttempts:     fuse,
@@ -158,6 +173,38 @@ func buildScenario(cfg config, key string) scenario {
 		requests: cfg.clients,
 		policies: contentionPolicies(cfg),
 	}
+}
+
+// windowQuota is how many requests a fixed window of w admits at rate
+// requests per second: at least one.
+func windowQuota(rate float64, w time.Duration) int {
+	q := rate * w.Seconds()
+	if r := math.Round(q); math.Abs(q-r) < 1e-9 {
+		q = r // 0.07/s for 100s is 7, not 8
+	}
+	return int(max(1, math.Min(math.Ceil(q), math.MaxInt32)))
+}
+
+// serverClock says how the provider's clock and its rounding differ from
+// the defaults (a clock in step, times rounded up), or "".
+func serverClock(cfg config) string {
+	var parts []string
+	switch cfg.rounding {
+	case retrytest.RoundDown:
+		parts = append(parts, "absolute times truncated to the second")
+	case retrytest.RoundNearest:
+		parts = append(parts, "absolute times rounded to the nearest second")
+	}
+	switch {
+	case cfg.clockOffset > 0:
+		parts = append(parts, "its clock "+fmtDur(cfg.clockOffset)+" ahead of the client's")
+	case cfg.clockOffset < 0:
+		parts = append(parts, "its clock "+fmtDur(-cfg.clockOffset)+" behind the client's")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func familyName(f retrytest.Family) string {
