@@ -1,0 +1,388 @@
+// Worlds: providers that do not behave like the fake the other benchmarks
+// use. The same burst runs against each, with every client side by side, in
+// real time over loopback (BenchmarkWorlds).
+
+package bench
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryhttp/retryhttp/retrytest"
+)
+
+// The burst of the worlds benchmark: 80 callers that start together, each
+// sending 3 requests back to back, against a bucket of 40 requests/s with a
+// burst of 4. Ideal wall time: (240 − 4)/40 = 5.9 s.
+const (
+	worldRate       = 40.0
+	worldBurst      = 4
+	worldWorkers    = 80
+	worldPerWorker  = 3
+	worldRequests   = worldWorkers * worldPerWorker
+	worldReqTimeout = 60 * time.Second // per request, retries included
+	worldRunTimeout = 90 * time.Second // per client and world: past it the run fails
+	// worldGrace is how long a run may take past worldRunTimeout to
+	// return, its requests' contexts being cancelled, before the benchmark
+	// stops waiting for it.
+	worldGrace = 10 * time.Second
+)
+
+// worldIdeal is the burst's ideal wall time: the requests beyond the burst,
+// each waiting for its token.
+const worldIdeal = time.Duration(float64(worldRequests-worldBurst) / worldRate * float64(time.Second))
+
+// A world is a provider that differs from the well-behaved fake in one way.
+type world struct {
+	name string
+	cfg  retrytest.Config
+}
+
+// worldProvider is the common provider of the worlds: family's headers over
+// a token bucket of worldRate and worldBurst on the real clock, 429 with a
+// whole-second Retry-After on exhaustion.
+func worldProvider(family retrytest.Family) retrytest.Config {
+	return retrytest.Config{
+		Family:          family,
+		RetryAfter:      retrytest.RetryAfterSeconds,
+		RateLimit:       retrytest.RateLimit{Rate: worldRate, Burst: worldBurst},
+		RequestIDHeader: requestIDHeader,
+		MaxAttempts:     benchFuse,
+	}
+}
+
+// worlds lists the worlds in the order they run: those that break an
+// assumption first, then the controls, which hold today.
+func worlds() []world {
+	with := func(family retrytest.Family, edit func(*retrytest.Config)) retrytest.Config {
+		c := worldProvider(family)
+		edit(&c)
+		return c
+	}
+	return []world{
+		// Anthropic's resets cut down to the second: up to 1 s early.
+		{"anthropic-floor", with(retrytest.Anthropic, func(c *retrytest.Config) { c.Rounding = retrytest.RoundDown })},
+		// Anthropic's resets rounded to the nearest second: up to 0.5 s early or late.
+		{"anthropic-nearest", with(retrytest.Anthropic, func(c *retrytest.Config) { c.Rounding = retrytest.RoundNearest })},
+		// The server's clock 3 s ahead of the client's: every reset reads 3 s late.
+		{"anthropic-ahead3s", with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = 3 * time.Second })},
+		// The server's clock 3 s behind: every reset reads 3 s in the past.
+		{"anthropic-behind3s", with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = -3 * time.Second })},
+		// No rate-limit headers at all: 429 and Retry-After only.
+		{"plain", worldProvider(retrytest.Plain)},
+		// GitHub's x-ratelimit-* headers, reset in epoch seconds, over a
+		// token bucket (GitHub's own limit is an hourly window), 429.
+		{"github-bucket", with(retrytest.GitHub, func(c *retrytest.Config) { c.RateLimit.Status = http.StatusTooManyRequests })},
+		// The same with GitHub's usual rejection, 403, which only a client
+		// that reads x-ratelimit-remaining: 0 takes for a rate limit.
+		{"github-403", worldProvider(retrytest.GitHub)},
+		// Controls: the worlds the goodput benchmark runs.
+		{"openai", worldProvider(retrytest.OpenAI)},
+		{"anthropic-ceil", worldProvider(retrytest.Anthropic)},
+		{"ietf", worldProvider(retrytest.IETF)},
+	}
+}
+
+// rejectStatus is the status the world's provider rejects with.
+func (w world) rejectStatus() int {
+	if w.cfg.RateLimit.Status != 0 {
+		return w.cfg.RateLimit.Status
+	}
+	if w.cfg.Family == retrytest.GitHub {
+		return http.StatusForbidden
+	}
+	return http.StatusTooManyRequests
+}
+
+// worldClients are the clients compared, each with its defaults (resty and
+// rehttp with the setup of peers_test.go): goodputContenders without bare,
+// retryhttp first.
+func worldClients() []goodputContender {
+	var out []goodputContender
+	var last goodputContender
+	for _, c := range goodputContenders() {
+		switch c.name {
+		case "bare":
+		case "retryhttp":
+			last = c
+		default:
+			out = append(out, c)
+		}
+	}
+	return append([]goodputContender{last}, out...)
+}
+
+// worldResult is what one client did in one world, summed over b.N runs.
+type worldResult struct {
+	runs                                  int
+	wall                                  time.Duration
+	attempts, rejected, sawReject, failed int
+	boundHit                              bool
+	reasons                               map[string]int
+}
+
+func (r worldResult) xIdeal() float64 { return float64(r.wall) / float64(worldIdeal) / float64(r.runs) }
+
+// BenchmarkWorlds runs the burst once per iteration against every world
+// with every client, one at a time (worlds in turn, and within a world the
+// clients in turn, so they never compete for the CPUs), and prints a table
+// per world and a summary. Run it with -benchtime 1x: the wall time is the
+// measurement, and a full run takes several minutes.
+//
+// An op is one burst of 240 requests. Metrics: x-ideal is wall time over the
+// ideal 5.9 s; failed/op are requests whose final outcome was an error or a
+// status other than 200; 429/op (403/op in github-403) are the provider's
+// rejections; saw429/op are requests that got at least one; attempts/op are
+// requests the provider received. A run that passes 90 s fails the
+// benchmark (its requests are cancelled then, and count as failed).
+func BenchmarkWorlds(b *testing.B) {
+	clients := worldClients()
+	var all []worldRow
+	for _, w := range worlds() {
+		b.Run("world="+w.name, func(b *testing.B) {
+			var rows []worldRow
+			for _, c := range clients {
+				var res worldResult
+				// b.Run's result is not checked: a client that hit the
+				// bound failed the benchmark but still has its row.
+				b.Run("impl="+c.name, func(b *testing.B) { res = runWorld(b, w, c.wrap) })
+				if res.runs > 0 { // 0: the -bench pattern left the client out
+					rows = append(rows, worldRow{w.name, c.name, w.rejectStatus(), res})
+				}
+			}
+			if len(rows) > 0 {
+				fmt.Fprint(os.Stdout, worldTable(w.name, rows))
+				all = append(all, rows...)
+			}
+		})
+	}
+	if len(all) > 0 {
+		fmt.Fprint(os.Stdout, worldSummary(all))
+	}
+}
+
+// runWorld runs b.N bursts against fresh providers of world w, each through
+// a fresh client over a fresh base transport.
+func runWorld(b *testing.B, w world, wrap func(http.RoundTripper) http.RoundTripper) worldResult {
+	status := w.rejectStatus()
+	res := worldResult{reasons: map[string]int{}}
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		p := retrytest.NewServer(w.cfg)
+		base := cleanhttp.DefaultPooledTransport()
+		client := &http.Client{Transport: wrap(base)}
+		url := p.URL + "/v1/messages"
+		b.StartTimer()
+		done := make(chan loadResult, 1)
+		go func() {
+			done <- runClosedLoop(client, url, worldWorkers, worldPerWorker, worldReqTimeout, worldRunTimeout)
+		}()
+		var r loadResult
+		select {
+		case r = <-done:
+		case <-time.After(worldRunTimeout + worldGrace):
+			// The client ignores its requests' contexts: leave its
+			// goroutines behind rather than hang the benchmark.
+			b.Fatalf("world %s: the run did not return within %v of its %v bound", w.name, worldGrace, worldRunTimeout)
+		}
+		b.StopTimer()
+		base.CloseIdleConnections()
+		p.Close()
+		st := p.Stats()
+		res.runs++
+		res.wall += r.wall
+		res.attempts += st.Attempts
+		res.rejected += st.Statuses[status]
+		res.sawReject += requestsThatSaw(st, status)
+		res.failed += r.failed
+		for k, v := range r.reasons {
+			res.reasons[k] += v
+		}
+		if r.wall >= worldRunTimeout {
+			res.boundHit = true
+		}
+		if st.Statuses[http.StatusGone] > 0 {
+			b.Logf("the provider's fuse blew: %d requests answered 410", st.Statuses[http.StatusGone])
+		}
+		b.StartTimer()
+	}
+	n := float64(res.runs)
+	b.ReportMetric(res.xIdeal(), "x-ideal")
+	b.ReportMetric(float64(res.failed)/n, "failed/op")
+	b.ReportMetric(float64(res.rejected)/n, fmt.Sprintf("%d/op", status))
+	b.ReportMetric(float64(res.sawReject)/n, fmt.Sprintf("saw%d/op", status))
+	b.ReportMetric(float64(res.attempts)/n, "attempts/op")
+	if len(res.reasons) > 0 {
+		b.Logf("failures over %d run(s): %s", res.runs, summarize(res.reasons))
+	}
+	if res.boundHit {
+		b.Errorf("world %s: a run passed the %v bound; its unfinished requests were cancelled and count as failed", w.name, worldRunTimeout)
+	}
+	return res
+}
+
+// worldRow is one client's result in one world, for the tables.
+type worldRow struct {
+	world, impl string
+	status      int // the world's rejection status
+	res         worldResult
+}
+
+// worldTable is the markdown table of one world: a row per client.
+func worldTable(name string, rows []worldRow) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nworld %s (ideal %.1f s)\n\n", name, worldIdeal.Seconds())
+	fmt.Fprintf(&sb, "| impl | wall | x ideal | failed | %[1]ds | requests that saw a %[1]d | attempts |\n", rows[0].status)
+	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		n := r.res.runs
+		bound := ""
+		if r.res.boundHit {
+			bound = " (bound hit)"
+		}
+		fmt.Fprintf(&sb, "| %s | %.2f s%s | %.3f | %d | %d | %d | %d |\n",
+			r.impl, (r.res.wall / time.Duration(n)).Seconds(), bound, r.res.xIdeal(),
+			r.res.failed/n, r.res.rejected/n, r.res.sawReject/n, r.res.attempts/n)
+	}
+	return sb.String()
+}
+
+// worldSummary is the markdown table of all worlds that ran: a row per
+// world, a column per client, each cell "x ideal / failed / rejections".
+func worldSummary(rows []worldRow) string {
+	var worldNames, impls []string
+	cell := map[[2]string]worldRow{}
+	for _, r := range rows {
+		if !contains(worldNames, r.world) {
+			worldNames = append(worldNames, r.world)
+		}
+		if !contains(impls, r.impl) {
+			impls = append(impls, r.impl)
+		}
+		cell[[2]string{r.world, r.impl}] = r
+	}
+	var sb strings.Builder
+	sb.WriteString("\nall worlds: x ideal / failed / 429s (403s in github-403), per burst of 240\n\n| world |")
+	for _, i := range impls {
+		fmt.Fprintf(&sb, " %s |", i)
+	}
+	sb.WriteString("\n|---|")
+	sb.WriteString(strings.Repeat("---:|", len(impls)))
+	sb.WriteString("\n")
+	for _, w := range worldNames {
+		fmt.Fprintf(&sb, "| %s |", w)
+		for _, i := range impls {
+			r, ok := cell[[2]string{w, i}]
+			if !ok {
+				sb.WriteString(" – |")
+				continue
+			}
+			n := r.res.runs
+			fmt.Fprintf(&sb, " %.2f / %d / %d |", r.res.xIdeal(), r.res.failed/n, r.res.rejected/n)
+		}
+		sb.WriteString("\n")
+	}
+	return sb.String()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestWorlds checks the worlds themselves, quickly: each provider's Config
+// is valid, the names are unique, and the clients are the five compared,
+// retryhttp first.
+func TestWorlds(t *testing.T) {
+	seen := map[string]bool{}
+	for _, w := range worlds() {
+		if err := w.cfg.Validate(); err != nil {
+			t.Errorf("world %s: %v", w.name, err)
+		}
+		if seen[w.name] {
+			t.Errorf("world %s listed twice", w.name)
+		}
+		seen[w.name] = true
+	}
+	var names []string
+	for _, c := range worldClients() {
+		names = append(names, c.name)
+	}
+	if got, want := strings.Join(names, ","), "retryhttp,retryablehttp,failsafe,resty,rehttp"; got != want {
+		t.Errorf("clients %s, want %s", got, want)
+	}
+	if worldIdeal != 5900*time.Millisecond {
+		t.Errorf("ideal %v, want 5.9s", worldIdeal)
+	}
+}
+
+// TestWorldHeaders checks that each world's provider says what its name
+// claims, on a frozen clock (no refill): the first answer's rate-limit
+// headers and Date, for a bucket of 4 that one request has left at 3 and
+// that is full again 25 ms later, at 03:04:05.325 on the client's clock;
+// then the 5th request is rejected with the world's status.
+func TestWorldHeaders(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 300*int(time.Millisecond), time.UTC)
+	const anthReset = "Anthropic-Ratelimit-Requests-Reset"
+	want := map[string]map[string]string{ // header → value; "" means absent
+		"anthropic-floor":    {anthReset: "2026-01-02T03:04:05Z", "Date": "Fri, 02 Jan 2026 03:04:05 GMT"},
+		"anthropic-nearest":  {anthReset: "2026-01-02T03:04:05Z"},
+		"anthropic-ahead3s":  {anthReset: "2026-01-02T03:04:09Z", "Date": "Fri, 02 Jan 2026 03:04:08 GMT"},
+		"anthropic-behind3s": {anthReset: "2026-01-02T03:04:03Z", "Date": "Fri, 02 Jan 2026 03:04:02 GMT"},
+		"plain":              {anthReset: "", "X-Ratelimit-Remaining": "", "X-Ratelimit-Remaining-Requests": "", "Ratelimit": ""},
+		"github-bucket":      {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(now.Unix()+1, 10)},
+		"github-403":         {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(now.Unix()+1, 10)},
+		"openai":             {"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "25ms"},
+		"anthropic-ceil":     {anthReset: "2026-01-02T03:04:06Z", "Anthropic-Ratelimit-Requests-Remaining": "3"},
+		"ietf":               {"Ratelimit": `"default";r=3;t=1`, "Ratelimit-Policy": `"default";q=40;w=1`},
+	}
+	tr := cleanhttp.DefaultPooledTransport()
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for _, w := range worlds() {
+		t.Run(w.name, func(t *testing.T) {
+			headers, ok := want[w.name]
+			if !ok {
+				t.Fatalf("no expected headers for world %s", w.name)
+			}
+			cfg := w.cfg
+			cfg.Now = func() time.Time { return now }
+			p := retrytest.NewServer(cfg)
+			defer p.Close()
+			var statuses []int
+			var first http.Header
+			for i := 0; i < worldBurst+1; i++ {
+				resp, err := client.Post(p.URL+"/v1/messages", "application/json", strings.NewReader(`{}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				statuses = append(statuses, resp.StatusCode)
+				if i == 0 {
+					first = resp.Header
+				}
+			}
+			for k, v := range headers {
+				if got := first.Get(k); got != v {
+					t.Errorf("%s: %q, want %q", k, got, v)
+				}
+			}
+			wantStatuses := fmt.Sprint([]int{200, 200, 200, 200, w.rejectStatus()})
+			if got := fmt.Sprint(statuses); got != wantStatuses {
+				t.Errorf("statuses %s, want %s", got, wantStatuses)
+			}
+		})
+	}
+}
