@@ -226,13 +226,41 @@ func errorReason(err error) string {
 		return "failsafe: retries exceeded"
 	}
 	if re := (*retryhttp.Error)(nil); errors.As(err, &re) {
-		return fmt.Sprintf("retryhttp.Error status %d after %d attempts", re.StatusCode, re.Attempts)
+		reason := fmt.Sprintf("retryhttp.Error status %d after %d attempts", re.StatusCode, re.Attempts)
+		if re.StopReason != "" {
+			// Waits and counts in the reason differ from request to
+			// request: keep its words, not its numbers.
+			reason += " (" + withoutNumbers(re.StopReason) + ")"
+		}
+		return reason
 	}
 	msg := err.Error()
 	if i := strings.LastIndex(msg, "giving up after"); i >= 0 {
 		return "retryablehttp: " + msg[i:]
 	}
 	return msg
+}
+
+// withoutNumbers replaces each run of digits, dots and units that follows a
+// digit ("1.5s", "250ms") with "N", so reasons that differ only in their
+// figures count together.
+func withoutNumbers(s string) string {
+	var b strings.Builder
+	inNumber := false
+	for _, r := range s {
+		switch {
+		case r >= '0' && r <= '9':
+			if !inNumber {
+				b.WriteByte('N')
+			}
+			inNumber = true
+		case inNumber && (r == '.' || r == 'µ' || r == 'n' || r == 'm' || r == 's' || r == 'h'):
+		default:
+			inNumber = false
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // summarize lists reason counts, most frequent first.
@@ -295,5 +323,20 @@ func TestGoodputBookkeeping(t *testing.T) {
 	}
 	if got := requestsThatSaw(st, http.StatusGone); got != 0 {
 		t.Errorf("requests that saw a 410: %d, want 0", got)
+	}
+}
+
+// TestWithoutNumbers checks how stop reasons are grouped in the failure
+// summaries.
+func TestWithoutNumbers(t *testing.T) {
+	for in, want := range map[string]string{
+		"retries exhausted": "retries exhausted",
+		"the next attempt (in 1.5s) would start after the request deadline": "the next attempt (in N) would start after the request deadline",
+		"server asked to wait 1m30s, longer than the limit 1m0s":            "server asked to wait N, longer than the limit N",
+		"wait 250ms": "wait N",
+	} {
+		if got := withoutNumbers(in); got != want {
+			t.Errorf("withoutNumbers(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 // Behaviour under overload (issue 4): an outage that ends (BenchmarkOutage)
 // and a provider with a fixed capacity (BenchmarkCapacity), for the bare
-// transport and the three libraries with their defaults. Both providers are
+// transport and the five libraries with their defaults (resty and rehttp,
+// which have none, with the setup of peers_test.go). Both providers are
 // retrytest servers.
 
 package bench
