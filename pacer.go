@@ -506,7 +506,15 @@ func (p *pacer) measure(now time.Time, q Quota, sent uint64, lo, hi float64, bin
 	span := now.Sub(m.at)
 	n := float64(sent-m.sent) - float64(r.rejected-m.rejected)
 	switch {
-	case m.at.IsZero() || sent <= m.sent || span > drainSpanMax:
+	case m.at.IsZero() || sent <= m.sent:
+		p.mark = r
+		return
+	case span > drainSpanMax:
+		// Readings too far apart to measure (the pace sends less than
+		// one a second): a bucket that stayed full can take more.
+		if m.full && r.full && binding {
+			p.rate *= 2
+		}
 		p.mark = r
 		return
 	case span < drainSpan:
@@ -553,6 +561,10 @@ func (p *pacer) nextRate(lo, hi float64, q Quota, missing, left float64, binding
 	switch {
 	case rate == 0 && !math.IsInf(hi, 1):
 		rate = hi
+	case rate == 0 && q.Coarse:
+		// A guess: a whole-second reset read against a Date cut down
+		// is up to two seconds late.
+		rate = max(missing/max(left-1, 0.25), 1)
 	case rate == 0 && left > 0:
 		rate = max(missing/left, 1) // a guess, below the truth: the reset may be late
 	case rate == 0:

@@ -464,8 +464,8 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, throttl
 
 // exhaustedUntilLocked is when a reading with nothing left lets requests go
 // again: the reset, except that a request quota that refills at a known
-// rate (a bucket, a stated policy, the observed rate) has its next unit
-// back sooner than it is full again.
+// rate (a bucket, a stated policy, a measured drain, the observed rate)
+// has its next unit back sooner than it is full again.
 func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 	var until time.Time
 	for _, d := range dimensions {
@@ -474,7 +474,7 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 			continue // a bucket of one or two is always "exhausted": its pace holds it (see pacer.learn)
 		}
 		at := q.Reset
-		if d == Requests && (l.Replenishing || l.Window > 0 || u.mode == paceObserved) {
+		if d == Requests && (l.Replenishing || l.Window > 0 || u.coarse || u.mode == paceObserved) {
 			if unit := u.unitAfter(); unit > 0 && now.Add(unit).Before(at) {
 				at = now.Add(unit)
 			}
