@@ -50,6 +50,10 @@ type pacer struct {
 	tatV     float64       // the theoretical arrival time, in slots
 	quicker  chan struct{} // closed when the pace quickens; nil until asked for
 	quickOf  time.Duration // the interval quicker was made at
+	clockID  uint32        // counts the pace clocks started: a turn's slot is on one of them
+	// lostSends are the last attempts that got no answer (see lost).
+	lostSends [16]uint64
+	lostNext  uint64
 
 	rate     float64 // the rate (per second) requests are paced at, before margins
 	ceiling  float64 // below the rate that last drew a 429; 0: none yet
@@ -57,11 +61,15 @@ type pacer struct {
 	sent     uint64  // attempts sent so far; orders responses against sends
 	rejected uint64  // 429s seen so far: sends the server did not count
 	mark     reading // where the current drain measurement starts
-	latest   reading // the reading that covers the most attempts sent
-	limit    int64   // the quota's size, as the latest reading gave it
-	coarse   bool    // the quota is a coarse bucket (see coarseBucket)
-	firm     bool    // the pace is what the server stated (see turn.firm)
-	measured bool    // a drain measurement has stated the rate
+	// earlyResets is set once a whole-second reset is seen to come before
+	// the bucket is full, or a measured pace draws a 429: the server cuts
+	// its resets down (or to the nearest second), so they may be early.
+	earlyResets bool
+	latest      reading // the reading that covers the most attempts sent
+	limit       int64   // the quota's size, as the latest reading gave it
+	coarse      bool    // the quota is a coarse bucket (see coarseBucket)
+	firm        bool    // the pace is what the server stated (see turn.firm)
+	measured    bool    // a drain measurement has stated the rate
 
 	accepts  acceptCounter // successes, for the observed mode
 	grewAt   time.Time     // when the observed rate last rose
@@ -129,6 +137,8 @@ const (
 	// its start):
 	// a server that has stopped refusing is not paced by old refusals.
 	observedFor = 30 * time.Second
+	// maxCapacity is the largest burst the pace clock keeps (setCapacity).
+	maxCapacity = 1 << 20
 )
 
 // String names the mode, for logs and Stats.
@@ -144,7 +154,9 @@ func (p *pacer) slotsAt(t time.Time) float64 {
 
 // timeOf is when the pace clock reads v, at the current pace.
 func (p *pacer) timeOf(v float64) time.Time {
-	return p.anchorAt.Add(time.Duration(math.Ceil((v - p.anchorV) * float64(p.interval))))
+	// Rounded up to the nanosecond, less float noise: a slot that falls on
+	// now is now, not a nanosecond later.
+	return p.anchorAt.Add(time.Duration(math.Ceil((v-p.anchorV)*float64(p.interval) - 1e-3)))
 }
 
 // binding reports whether requests are waiting on the pace at now.
@@ -162,7 +174,7 @@ func (p *pacer) book(start time.Time) turn {
 	if moved {
 		start = p.timeOf(v)
 	}
-	return turn{at: start, v: v, paced: true, firm: p.firm}
+	return turn{at: start, v: v, paced: true, firm: p.firm, clockID: p.clockID}
 }
 
 // gcra books the next paced slot at or after slot v; moved reports that it
@@ -205,6 +217,7 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 		p.anchorV = p.slotsAt(now)
 	default:
 		p.anchorV, p.tatV = 0, 0
+		p.clockID++ // a new pace clock: slots booked on an old one mean nothing on it
 	}
 	p.anchorAt, p.interval = now, interval
 	if p.quicker != nil && (interval <= 0 || interval*10 <= p.quickOf*9) {
@@ -297,13 +310,33 @@ func (p *pacer) grow(now time.Time) {
 	p.setPace(now, p.paceOf(p.rate))
 }
 
+// lost records an attempt that got no answer (a transport error): the
+// server may never have counted it, so readings do not wait for it.
+func (p *pacer) lost(sent uint64) {
+	p.lostSends[p.lostNext%uint64(len(p.lostSends))] = sent
+	p.lostNext++
+}
+
+// lostAfter is how many of the attempts sent after sent got no answer, as
+// far as the last few the pacer remembers tell.
+func (p *pacer) lostAfter(sent uint64) int {
+	n := 0
+	for _, s := range p.lostSends {
+		if s > sent && s <= p.sent {
+			n++
+		}
+	}
+	return n
+}
+
 // forget drops the pace: nothing learned is kept.
 func (p *pacer) forget(now time.Time) {
-	sent, rejected, accepts, bound := p.sent, p.rejected, p.accepts, p.bound
+	keep := pacer{sent: p.sent, rejected: p.rejected, accepts: p.accepts, bound: p.bound, clockID: p.clockID,
+		lostSends: p.lostSends, lostNext: p.lostNext}
 	if p.quicker != nil {
 		close(p.quicker)
 	}
-	*p = pacer{sent: sent, rejected: rejected, accepts: accepts, bound: bound}
+	*p = keep
 }
 
 // throttled reacts to a 429 answering attempt sent. stated reports that the
@@ -326,17 +359,34 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent u
 	}
 }
 
-// observe starts the observed mode, at the rate the server accepted over
-// the last second (at least one a second); already observing, it does
-// nothing.
+// observe starts the observed mode: at the pace's rate, or without one at
+// the rate the server accepted over the last second (at least one a
+// second); already observing, it does nothing.
 func (p *pacer) observe(now time.Time) {
 	if p.mode == paceObserved {
 		return
 	}
 	p.cutSent = p.sent
-	p.mode, p.capacity, p.grewAt, p.since = paceObserved, 1, now, now
-	p.rate = max(p.accepts.perSecond(now), 1)
+	p.mode, p.grewAt, p.since = paceObserved, now, now
+	if p.rate == 0 { // from a pace, its rate is where observing starts
+		p.rate = max(p.accepts.perSecond(now), 1)
+	}
 	p.setPace(now, p.paceOf(p.rate))
+	p.setCapacity(now, 1)
+}
+
+// setCapacity sets how many slots may go at once. A smaller bucket than
+// before: what the old one allowed in a burst is no debt of the new one's.
+//
+// It is capped at maxCapacity: a burst of more than a million is no limit
+// worth keeping, and slot arithmetic on a count near 2^63 loses whole
+// slots to rounding.
+func (p *pacer) setCapacity(now time.Time, capacity float64) {
+	capacity = min(capacity, maxCapacity)
+	if capacity < p.capacity && p.interval > 0 {
+		p.tatV = min(p.tatV, p.slotsAt(now)+capacity)
+	}
+	p.capacity = capacity
 }
 
 // cut lowers the rate after the server refused an attempt (sent), or said
@@ -349,6 +399,9 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 		return
 	}
 	p.cutSent = p.sent
+	if p.mode == paceMeasured {
+		p.earlyResets = true // the bounds were too hopeful
+	}
 	accepted := p.accepts.perSecond(now)
 	switch {
 	case p.mode == paceObserved && now.Sub(p.since) < time.Second:
@@ -414,7 +467,10 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 			p.latest = reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected}
 		}
 	}
-	lo, hi := rateBounds(now, l)
+	if q.Coarse && q.HasLimit && q.HasRemaining && q.Remaining < q.Limit-1 && !q.Reset.After(now) {
+		p.earlyResets = true // not full, and its time to full has passed: the server cuts resets down
+	}
+	lo, hi := rateBounds(now, l, p.earlyResets)
 	if hi > 0 || coarse {
 		binding := p.binding(now)
 		if coarse && p.rate > 0 {
@@ -433,12 +489,7 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		if q.HasLimit && q.Limit > headroom+1 {
 			capacity = float64(q.Limit - headroom)
 		}
-		if capacity < p.capacity {
-			// A smaller bucket: what the old one allowed in a burst
-			// is no debt of the new one's.
-			p.tatV = min(p.tatV, p.slotsAt(now)+capacity)
-		}
-		p.capacity = capacity
+		p.setCapacity(now, capacity)
 	}
 	p.syncRemaining(now, q, sent)
 }
@@ -450,7 +501,10 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 	if p.interval <= 0 || !q.HasRemaining {
 		return
 	}
-	unseen := float64(p.sent - sent)
+	unseen := 0.0
+	if sent > 0 { // 0: sent while the upstream was free, unnumbered
+		unseen = float64(p.sent-sent) - float64(p.lostAfter(sent))
+	}
 	spare := int64(headroom)
 	if q.HasLimit && q.Limit <= headroom+1 {
 		spare = 0 // a bucket too small to keep a unit back
@@ -590,11 +644,13 @@ func (p *pacer) nextRate(lo, hi float64, q Quota, missing, left float64, binding
 //   - A token bucket (OpenAI, Anthropic: Reset is when it is full again)
 //     misses between Limit-Remaining-1 and Limit-Remaining units (Remaining
 //     is rounded down), refilled in the time to Reset. A coarse reset
-//     (whole seconds, cut up or down, read against a Date that is itself
-//     cut down) may be a second early or late: lo assumes it a second late,
-//     hi a second early (unbounded when that leaves no time at all).
+//     (whole seconds) may be a second late: hi assumes so (unbounded when
+//     that leaves no time at all). It is early too when the server cuts it
+//     down or to the nearest second (early, learned from readings: see
+//     pacer.earlyResets); then lo assumes it a second early, else it takes
+//     the reset as the latest the refill can take.
 //   - A fixed window is spread over the time left (see windowBounds).
-func rateBounds(now time.Time, l RateLimits) (lo, hi float64) {
+func rateBounds(now time.Time, l RateLimits, early bool) (lo, hi float64) {
 	q := l.Requests
 	if l.Window > 0 && q.HasLimit && q.Limit > 0 {
 		r := float64(q.Limit) / l.Window.Seconds()
@@ -612,12 +668,14 @@ func rateBounds(now time.Time, l RateLimits) (lo, hi float64) {
 	}
 	missing := float64(q.Limit - q.Remaining)
 	if q.Coarse {
-		lo = max(missing-1, 0) / (max(left, 0) + 1)
 		hi = math.Inf(1)
 		if left > 1 {
 			hi = missing / (left - 1)
 		}
-		return lo, hi
+		if early || left <= 0 {
+			return max(missing-1, 0) / (max(left, 0) + 1), hi
+		}
+		return max(missing-1, 0) / left, hi // never early: the refill takes at most left
 	}
 	if left <= 0 {
 		return 0, 0

@@ -125,6 +125,8 @@ type turn struct {
 	// probe marks the turn of a probe: it goes at its time, never on the
 	// pace, whose state the probe is there to check.
 	probe bool
+	// clockID is the pace clock its slot is on (pacer.clockID).
+	clockID uint32
 	// reprobes is the upstream's count of new probes when the turn was
 	// given: a turn from before the upstream went cold again is void.
 	reprobes uint32
@@ -245,11 +247,21 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	if u.reprobeIfDue(now); t.reprobes != u.reprobes {
 		return time.Time{}, nil, true
 	}
+	if t.paced && (u.interval <= 0 || t.clockID != u.clockID) {
+		// Its slot was on a pace since stopped: it is due now, and
+		// takes a slot if a new pace has started.
+		t.paced, t.at = false, now
+	}
 	at = t.at
 	switch {
-	case t.paced && u.interval > 0:
+	case t.paced && t.v >= u.tatV && !u.timeOf(t.v).Before(now):
+		// The server's count set the pace clock back behind this slot:
+		// it books again, at the front.
+		*t = u.turnAt(now)
+		at = t.at
+	case t.paced:
 		at, t.firm = u.timeOf(t.v), u.firm
-	case !t.paced && !t.probe && u.interval > 0 && !at.After(now):
+	case !t.probe && u.interval > 0 && !at.After(now):
 		*t = u.turnAt(now) // paced since it was booked: take a slot
 		at = t.at
 	}
@@ -281,7 +293,7 @@ func (u *upstream) unbook(t turn) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.interval > 0 && u.tatV == t.v+1 {
+	if u.interval > 0 && t.clockID == u.clockID && u.tatV == t.v+1 {
 		u.tatV = t.v
 	}
 }
@@ -384,6 +396,8 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	}
 	if gotResponse {
 		u.answered(now, throttled)
+	} else if p.sent > 0 {
+		u.lost(p.sent)
 	}
 	if throttled {
 		var knew time.Duration // the next unit, if the server was seen to accept lately

@@ -364,7 +364,7 @@ func TestRateBoundsPerFamily(t *testing.T) {
 		{"full bucket says nothing", RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: 10, HasLimit: true, HasRemaining: true, Reset: now}}, 0, 0},
 	}
 	for _, c := range cases {
-		lo, hi := rateBounds(now, c.limits)
+		lo, hi := rateBounds(now, c.limits, true)
 		assert.InDelta(t, c.lo, lo, 1e-9, c.name)
 		if math.IsInf(c.hi, 1) {
 			assert.True(t, math.IsInf(hi, 1), c.name)
