@@ -16,19 +16,22 @@ import (
 //
 // Where the rate comes from is the pacer's mode (see paceMode):
 //
-//   - PaceStated: the headers state it finely: an IETF policy (q per w), or
-//     a token bucket whose reset is a relative duration (OpenAI).
-//   - PaceMeasured: the headers only bound it: a bucket whose reset is a
-//     whole-second absolute time (Anthropic), or a fixed window running
-//     low. The refill is measured from the drain of the remaining count
-//     between readings, and each attempt passes a last check against a
-//     model of the bucket (shortfall).
-//   - PaceObserved: the server sends no usable rate-limit state, only 429s,
-//     or its statements are contradicted by what it does. The rate is the
-//     one the server is seen to accept: it starts from the successes of the
-//     last second, doubles while no 429 comes and requests are waiting,
-//     then rises slowly; a 429 cuts it (never below 95% of what was
-//     accepted over the last second), as TCP does on loss.
+//   - paceStated ("stated"): the headers state it finely: an IETF policy
+//     (q per w), or a token bucket whose reset is a relative duration
+//     (OpenAI).
+//   - paceMeasured ("measured"): the headers only bound it: a quota whose
+//     reset is a whole-second absolute time (Anthropic, GitHub's epoch), or
+//     a fixed window, spread over the time it has left. The refill is
+//     measured from the drain of the remaining count between readings, and
+//     each attempt passes a last check against a model of the bucket
+//     (shortfall). A pace that still empties the quota is cut.
+//   - paceObserved ("observed"): the server sends no usable rate-limit
+//     state, only 429s (or its bucket holds one or two, whose count always
+//     reads empty). The rate is the one the server is seen to accept: it
+//     starts from the successes of the last second, doubles while no 429
+//     comes and requests are waiting, then rises slowly; a 429 cuts it
+//     (never below 95% of what was accepted over the last second), as TCP
+//     does on loss.
 //
 // Every method takes the time now, so the whole pacer runs in simulated
 // time in tests. It is not safe for concurrent use: the upstream's lock
