@@ -533,6 +533,16 @@ func coarseBucket(l RateLimits) bool {
 		q.Limit > headroom+1 && !q.Reset.IsZero() && q.Coarse
 }
 
+// prove raises the proven rate to lo, but never past the ceiling a 429
+// left: a measure that says more than the server took is noise (answers
+// out of order, a reading delayed on its way), and a 429 is not.
+func (p *pacer) prove(lo float64) {
+	p.proven = max(p.proven, lo)
+	if p.ceiling > 0 {
+		p.proven = min(p.proven, p.ceiling)
+	}
+}
+
 // reading is one response's word on a coarse bucket, the start of a drain
 // measurement.
 type reading struct {
@@ -558,7 +568,7 @@ type reading struct {
 //     rateCreep, so the pace settles just under the truth.
 func (p *pacer) measure(now time.Time, q Quota, sent uint64, lo, hi float64, binding bool) {
 	r := reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected, full: q.Remaining >= q.Limit-1}
-	p.proven = max(p.proven, lo)
+	p.prove(lo)
 	m := p.mark
 	span := now.Sub(m.at)
 	n := float64(sent-m.sent) - float64(r.rejected-m.rejected)
@@ -581,7 +591,7 @@ func (p *pacer) measure(now time.Time, q Quota, sent uint64, lo, hi float64, bin
 		return
 	}
 	taken := float64(r.remaining-m.remaining) + n // refill over the span, ±1
-	p.proven = max(p.proven, (taken-1)/span.Seconds())
+	p.prove((taken - 1) / span.Seconds())
 	switch {
 	case !m.full && !r.full && n >= drainCount:
 		p.rate = taken / span.Seconds()
