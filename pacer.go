@@ -449,7 +449,7 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		return
 	}
 	q := l.Requests
-	if q.Coarse && q.HasLimit && q.Limit <= headroom+1 {
+	if tinyCoarseBucket(q) {
 		// A bucket of one or two in whole-second resets: its count is
 		// always at the headroom and its reset says nothing finer than
 		// a second. Its 429s and successes pace it.
@@ -457,7 +457,7 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		p.syncRemaining(now, q, sent)
 		return
 	}
-	if p.mode == paceMeasured && q.HasRemaining && q.Remaining <= 0 && q.Limit > headroom+1 {
+	if p.mode == paceMeasured && q.HasRemaining && q.Remaining <= 0 && q.HasLimit && !tooSmallForHeadroom(q) {
 		// Paced at a measured rate, and still the quota ran out past
 		// the headroom: the rate was too high, whatever the readings
 		// seemed to prove.
@@ -509,8 +509,8 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 		unseen = float64(p.sent-sent) - float64(p.lostAfter(sent))
 	}
 	spare := int64(headroom)
-	if q.HasLimit && q.Limit <= headroom+1 {
-		spare = 0 // a bucket too small to keep a unit back
+	if tooSmallForHeadroom(q) {
+		spare = 0
 	}
 	available := float64(q.Remaining-spare) - unseen
 	target := p.slotsAt(now) + (p.capacity - 1) + (1 - available)
@@ -523,6 +523,16 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 	}
 	p.tatV = max(p.tatV, target)
 }
+
+// tooSmallForHeadroom reports a quota of one or two: keeping a unit back
+// would leave it none (or one) to use, so its count reads empty after
+// every success.
+func tooSmallForHeadroom(q Quota) bool { return q.HasLimit && q.Limit <= headroom+1 }
+
+// tinyCoarseBucket reports such a quota with a whole-second reset: neither
+// its count nor its reset can tell its rate, so its 429s and successes pace
+// it (the observed mode), and its empty count holds nobody.
+func tinyCoarseBucket(q Quota) bool { return q.Coarse && tooSmallForHeadroom(q) }
 
 // coarseBucket reports a replenishing quota whose reset, in whole seconds,
 // is too coarse to state the refill rate (Anthropic's RFC 3339 resets): a

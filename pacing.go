@@ -484,8 +484,8 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 	var until time.Time
 	for _, d := range dimensions {
 		q := l.Quota(d)
-		if !q.Exhausted() || d == Requests && q.Coarse && q.HasLimit && q.Limit <= headroom+1 {
-			continue // a bucket of one or two is always "exhausted": its pace holds it (see pacer.learn)
+		if !q.Exhausted() || d == Requests && tinyCoarseBucket(*q) {
+			continue // always "exhausted": its pace holds it
 		}
 		at := q.Reset
 		if d == Requests && (l.Replenishing || l.Window > 0 || u.coarse || u.mode == paceObserved) {
