@@ -53,6 +53,13 @@ type pacer struct {
 	tatV     float64       // the theoretical arrival time, in slots
 	quicker  chan struct{} // closed when the pace quickens; nil until asked for
 	quickOf  time.Duration // the interval quicker was made at
+	// holdEnd is when the upstream's last hold ends (or was to end, if a
+	// reading lifted it). A pace that slows before then changes at that
+	// time, not now: a turn booked at the end of the hold waited for a
+	// time, not for slots, and keeps that time (a slot now would move out
+	// with the slower pace by as many intervals as the hold lasted: a 20 ms
+	// hold became 1.6 s when the pace went from 3,800 to 49 a second).
+	holdEnd time.Time
 	clockID  uint32        // counts the pace clocks started: a turn's slot is on one of them
 	// lostSends are the last attempts that got no answer (see lost).
 	lostSends [16]uint64
@@ -213,16 +220,20 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 	if interval == p.interval {
 		return
 	}
+	at := now
 	switch {
 	case interval <= 0:
 		p.anchorV, p.tatV = 0, 0
 	case p.interval > 0:
-		p.anchorV = p.slotsAt(now)
+		if interval > p.interval && p.holdEnd.After(now) {
+			at = p.holdEnd // slower from the hold's end (see holdEnd)
+		}
+		p.anchorV = p.slotsAt(at)
 	default:
 		p.anchorV, p.tatV = 0, 0
 		p.clockID++ // a new pace clock: slots booked on an old one mean nothing on it
 	}
-	p.anchorAt, p.interval = now, interval
+	p.anchorAt, p.interval = at, interval
 	if p.quicker != nil && (interval <= 0 || interval*10 <= p.quickOf*9) {
 		close(p.quicker)
 		p.quicker = nil
@@ -335,7 +346,7 @@ func (p *pacer) lostAfter(sent uint64) int {
 // forget drops the pace: nothing learned is kept.
 func (p *pacer) forget(now time.Time) {
 	keep := pacer{sent: p.sent, rejected: p.rejected, accepts: p.accepts, bound: p.bound, clockID: p.clockID,
-		lostSends: p.lostSends, lostNext: p.lostNext}
+		lostSends: p.lostSends, lostNext: p.lostNext, holdEnd: p.holdEnd}
 	if p.quicker != nil {
 		close(p.quicker)
 	}

@@ -323,7 +323,7 @@ func (u *upstream) holdUntil(now, at time.Time) bool {
 			return false
 		}
 	}
-	u.heldUntil = at
+	u.heldUntil, u.holdEnd = at, at
 	return true
 }
 
@@ -460,6 +460,7 @@ func (u *upstream) seedAccepts(now time.Time) {
 func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, throttled bool) bool {
 	q := l.Requests
 	if u.heldByQuota && !throttled && sent == u.sent && q.HasRemaining && q.Remaining > headroom {
+		// (holdEnd stays: turns booked at the hold's end keep that time.)
 		u.heldUntil, u.reprobeAt, u.heldByQuota = time.Time{}, time.Time{}, false
 	}
 	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l))
