@@ -60,7 +60,7 @@ type pacer struct {
 	// with the slower pace by as many intervals as the hold lasted: a 20 ms
 	// hold became 1.6 s when the pace went from 3,800 to 49 a second).
 	holdEnd time.Time
-	clockID  uint32        // counts the pace clocks started: a turn's slot is on one of them
+	clockID uint32 // counts the pace clocks started: a turn's slot is on one of them
 	// lostSends are the last attempts that got no answer (see lost).
 	lostSends [16]uint64
 	lostNext  uint64
