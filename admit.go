@@ -3,7 +3,6 @@ package retryhttp
 import (
 	"errors"
 	"log/slog"
-	"net/http"
 	"time"
 )
 
@@ -263,35 +262,29 @@ func (t *RetryTransport) newUpstream() *upstream {
 	return u
 }
 
-// observe reports what an attempt's response says about the upstream: its
-// rate-limit headers, and a hold when it answered 429. A free upstream and a
-// response with neither cost one pass over the header names.
-func (c *call) observe(a admission, resp *http.Response, err error) {
+// observe reports what an attempt's outcome says about the upstream: to its
+// breaker, and its rate-limit headers and any 429 to its pacing and holds.
+// A free upstream and a response with neither cost nothing more.
+func (c *call) observe(a admission, o outcome) {
 	u := a.pass.u
 	if u == nil {
 		return
 	}
-	c.report(a, resp, err)
-	throttled := resp != nil && resp.StatusCode == http.StatusTooManyRequests
-	signals := resp != nil && (throttled || hasRateLimitKey(resp.Header))
-	if !signals && !a.pass.probe && u.free.Load() {
+	c.report(a, o)
+	if !o.throttled && !o.limits.Known() && !a.pass.probe && u.free.Load() {
 		return
 	}
-	now := c.t.cfg.clock.Now()
-	var limits RateLimits
 	var hold time.Duration
-	if resp != nil {
-		limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))
-		if throttled {
-			hold, _ = ParseRetryAfter(resp.Header, now)
-		}
+	if o.throttled {
+		hold = o.retryAfter
 	}
-	held, mode := a.pass.observe(now, limits, hold, throttled, resp != nil)
+	now := c.t.cfg.clock.Now()
+	held, mode := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
 	if !held.IsZero() && c.t.cfg.quota != nil {
 		c.holdShared(c.t.cfg.quota, held, now)
 	}
 	if mode == paceObserved {
-		c.logObservedPace(u, limits.Known())
+		c.logObservedPace(u, o.limits.Known())
 	}
 }
 

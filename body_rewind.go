@@ -113,6 +113,18 @@ func (b *requestBody) replayError() error {
 	return b.shared.replayError()
 }
 
+// readFailure is the error the body returned while an attempt read it, if
+// it failed (known for bodies read through a shared source: an io.Seeker or
+// a buffered body; a body with GetBody goes out as it is). The attempt is
+// over: its view of the source is detached first.
+func (b *requestBody) readFailure() error {
+	if b.shared == nil || b.shared.seeker != nil {
+		return nil
+	}
+	b.shared.detach()
+	return b.shared.readErr
+}
+
 // close releases the caller's body. The base transport closed the bodies it
 // was given; the caller's own body is ours to close unless it went out as is.
 func (b *requestBody) close() {

@@ -190,7 +190,9 @@ func TestBodyThatFailsWhileReadIsNeverResent(t *testing.T) {
 	assert.Equal(t, 1, e.Attempts)
 	assert.Equal(t, 1, mock.GetTotalCallCount(), "never sent again short")
 	assert.Empty(t, bodies(), "the mock saw the read fail")
-	assert.Contains(t, e.StopReason, "failed while being read")
+	assert.Contains(t, err.Error(), "failed while being read")
+	assert.False(t, e.Retryable, "the request's own failure: final, never retried")
+	assert.Empty(t, e.StopReason, "nothing stopped early: the outcome was final")
 }
 
 func TestBodyShorterThanContentLengthIsNotReplayed(t *testing.T) {

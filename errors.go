@@ -82,10 +82,16 @@ func (e *Error) Error() string {
 	if e.StopReason != "" {
 		b.WriteString("; stopped: " + e.StopReason)
 	}
-	if e.Err != nil {
+	if e.Err != nil && !e.onlyStopped() {
 		b.WriteString(": " + redactText(e.Err.Error()))
 	}
 	return b.String()
+}
+
+// onlyStopped reports an Err that says no more than StopReason does.
+func (e *Error) onlyStopped() bool {
+	s, ok := e.Err.(*stopError)
+	return ok && s.cause == nil && e.StopReason != ""
 }
 
 // Unwrap returns Err, so errors.Is and errors.As reach the cause.
@@ -150,6 +156,11 @@ func (e *Error) kind() errorKind {
 	if errors.Is(e.Err, ErrRateLimited) {
 		return kindRateLimited
 	}
+	if isLocal(e.Err) && !e.onlyStopped() {
+		// The request failed here (a body that could not be read or made
+		// again): whatever the server said before, it is not to blame.
+		return kindLocal
+	}
 	if errors.Is(e.Err, ErrCircuitOpen) {
 		return kindUnavailable
 	}
@@ -200,10 +211,15 @@ func errKind(err error) errorKind {
 		return kindTimeout
 	case errors.Is(err, context.Canceled):
 		return kindCanceled
-	case errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrBodyNotReplayable):
+	case isLocal(err):
 		return kindLocal
 	}
 	return kindNetwork
+}
+
+// isLocal reports an error of the request's own making.
+func isLocal(err error) bool {
+	return errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrBodyNotReplayable) || errors.Is(err, errBodyFailed)
 }
 
 // quotaExhausted reports provider error types that mean the account's quota
@@ -292,11 +308,14 @@ func responseError(resp *http.Response, now time.Time) *Error {
 	if resp.Request != nil {
 		e.Method, e.URL = methodOf(resp.Request), redactURL(resp.Request.URL)
 	}
-	if b := trackedBody(resp); b != nil && b.verdict != nil {
+	v := trackedVerdict(resp)
+	if v != nil {
 		// The transport decided on its own clock; read the headers on it too.
-		v := b.verdict
 		now = v.decidedAt
 		e.StopReason, e.RetryAt = v.stopReason, v.retryAt
+		if v.stop != nil {
+			e.Err = &stopError{reason: v.stop}
+		}
 	}
 	e.decidedAt = now
 	if d, ok := ParseRetryAfter(resp.Header, now); ok && e.RetryAt.IsZero() {
@@ -311,6 +330,8 @@ func responseError(resp *http.Response, now time.Time) *Error {
 		e.RetryAt = now.Add(p.RetryIn)
 	}
 	switch {
+	case v != nil:
+		e.Retryable = v.retryable // what the transport decided, classifier included
 	case quotaExhausted(p.Type):
 		e.Retryable = false
 	case p.Type == "secondary_rate_limit":
@@ -319,6 +340,15 @@ func responseError(resp *http.Response, now time.Time) *Error {
 		e.Retryable = true
 	}
 	return e
+}
+
+// trackedVerdict is what the transport decided about a response it
+// returned; nil for any other response.
+func trackedVerdict(resp *http.Response) *verdict {
+	if b := trackedBody(resp); b != nil {
+		return b.verdict
+	}
+	return nil
 }
 
 // peekBody reads up to n bytes of resp's body and puts them back in front of

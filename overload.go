@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"time"
 )
 
@@ -30,33 +29,6 @@ import (
 // deadline (or WithMaxQueueWait) ends before the breaker next lets an attempt
 // through. It comes wrapped in a retryable *Error whose RetryAt is that time.
 var ErrCircuitOpen = errors.New("retryhttp: circuit open")
-
-// errBudgetSpent is the stop reason when the retry budget refuses a retry.
-const errBudgetSpent = "the retry budget for this upstream is spent"
-
-// health is what one attempt's outcome says about the upstream.
-type health int
-
-const (
-	noVerdict health = iota // the caller's own context ended, or a local error
-	serving                 // it answered, whatever the status (a 429 or 404 included)
-	failing                 // 5xx, 529, attempt timeout or connection error
-)
-
-// healthOf judges an attempt's outcome for the breaker and the budget.
-func (c *call) healthOf(resp *http.Response, err error) health {
-	switch {
-	case resp != nil && resp.StatusCode >= 500:
-		return failing
-	case resp != nil:
-		return serving
-	case c.ctx.Err() != nil:
-		return noVerdict // the caller gave up: nothing learned of the upstream
-	case retryableError(err):
-		return failing // attempt timeouts, refused and reset connections, ...
-	}
-	return noVerdict // certificate, DNS "no such host", invalid request: not the upstream's load
-}
 
 // awaitBreaker waits until the upstream's breaker lets an attempt go, and
 // returns the probe id to report its outcome with (0 unless it is a probe).
@@ -100,17 +72,15 @@ func (c *call) breakerAdmissible(now, retryAt time.Time) error {
 	return e
 }
 
-// report tells the breaker what the attempt said about the upstream, and
-// remembers it for plan.
-func (c *call) report(a admission, resp *http.Response, err error) {
+// report tells the breaker what the attempt said about the upstream.
+func (c *call) report(a admission, o outcome) {
 	u := a.pass.u
 	if u == nil {
 		return
 	}
-	c.health = c.healthOf(resp, err)
-	switch c.health {
+	switch o.health {
 	case serving:
-		if resp.StatusCode == http.StatusTooManyRequests {
+		if o.throttled {
 			u.stats.throttled.Add(1)
 		}
 		if !u.breaker.countSuccess(a.probe) {
@@ -118,13 +88,7 @@ func (c *call) report(a admission, resp *http.Response, err error) {
 		}
 	case failing:
 		u.stats.failures.Add(1)
-		now := c.t.cfg.clock.Now()
-		var wait time.Duration
-		if resp != nil {
-			wait, _ = ParseRetryAfter(resp.Header, now)
-			wait = min(wait, c.policy.maxRetryAfter)
-		}
-		u.breaker.failure(now, a.probe, wait)
+		u.breaker.failure(c.t.cfg.clock.Now(), a.probe, min(o.retryAfter, c.policy.maxRetryAfter))
 	default:
 		u.breaker.abandon(a.probe)
 	}
@@ -132,8 +96,8 @@ func (c *call) report(a admission, resp *http.Response, err error) {
 
 // spendRetry draws on the upstream's retry budget before a retry that follows
 // an upstream failure; it reports false when the budget is spent.
-func (c *call) spendRetry(now time.Time) bool {
-	if c.health != failing || c.u == nil {
+func (c *call) spendRetry(now time.Time, o outcome) bool {
+	if o.health != failing || c.u == nil {
 		return true
 	}
 	return c.u.budget.withdraw(now)

@@ -163,7 +163,7 @@ func TestBudgetSpentIsTheStopReason(t *testing.T) {
 		WithRetryBudget(RetryBudget{Ratio: -1, MinPerSecond: -1}),
 		WithHooks(Hooks{OnGiveUp: func(e Event) { reason = e.Reason }}))
 	getWith(t, rt, context.Background())
-	assert.Equal(t, errBudgetSpent, reason)
+	assert.Equal(t, "the retry budget for this upstream is spent", reason)
 }
 
 func TestBreakerStateChangesAreObservable(t *testing.T) {
@@ -248,11 +248,22 @@ func TestWhatCountsAsAnUpstreamFailure(t *testing.T) {
 		{"connection refused", context.Background(), nil, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, failing},
 		{"no such host is not the upstream's load", context.Background(), nil, &net.DNSError{Err: "no such host", IsNotFound: true}, noVerdict},
 		{"the caller gave up", canceled, nil, context.Canceled, noVerdict},
+		{"501 is an answer the server meant", context.Background(), resp(501), nil, serving},
+		{"505 too", context.Background(), resp(505), nil, serving},
+		{"a body that failed to read is the request's fault", context.Background(), nil, fmt.Errorf("%w: %w", errBodyFailed, errors.New("disk gone")), noVerdict},
+		{"a body that cannot be made again", context.Background(), nil, fmt.Errorf("%w: GetBody: boom", ErrBodyNotReplayable), noVerdict},
+		{"a Content-Length that is not the body's", context.Background(), nil, fmt.Errorf("%w: x", ErrInvalidRequest), noVerdict},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			call := &call{ctx: c.ctx}
-			assert.Equal(t, c.want, call.healthOf(c.resp, c.err))
+			got := noVerdict
+			if c.resp != nil {
+				got = statusHealth(c.resp.StatusCode)
+			} else {
+				got = call.errorHealth(c.err)
+			}
+			assert.Equal(t, c.want.String(), got.String())
 		})
 	}
 }

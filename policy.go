@@ -208,11 +208,15 @@ const (
 // one of resp and err is non-nil. It must not read resp.Body.
 type Classifier func(resp *http.Response, err error) Verdict
 
-// Retryable reports whether the built-in rules retry this outcome. Exactly one
-// of resp and err should be non-nil. It reads headers, never the body.
+// Retryable reports whether the built-in rules retry this outcome, as
+// RoundTrip judges it. Exactly one of resp and err should be non-nil.
 //
 // Responses: x-should-retry (true or false) wins when present; otherwise 408,
-// 429, 500, 502, 503, 504 and 529 are transient and every other status final.
+// 429, 500, 502, 503, 504 and 529 are transient and every other status final,
+// except where the body says otherwise: a 429 whose body names an exhausted
+// quota or billing (insufficient_quota) is final, a 403 naming GitHub's
+// secondary rate limit transient. For those two statuses it peeks at the
+// body (at most 16 KiB, for a short time) and puts the bytes back.
 //
 // Errors: transient unless a retry cannot help: the request's own context
 // ended, a certificate failed verification, the server does not speak TLS,
@@ -228,6 +232,9 @@ func Retryable(resp *http.Response, err error) bool {
 		return false
 	}
 	if v, ok := parseShouldRetry(resp.Header); ok {
+		return v
+	}
+	if v, ok := bodyVerdict(resp); ok {
 		return v
 	}
 	return retryableResponse(resp)
@@ -308,16 +315,7 @@ func (p *policy) classify(resp *http.Response, err error) bool {
 			return false
 		}
 	}
-	if resp != nil {
-		if v, stated := parseShouldRetry(resp.Header); stated {
-			return v
-		}
-		if v, ok := bodyVerdict(resp); ok {
-			return v
-		}
-		return retryableResponse(resp)
-	}
-	return Retryable(nil, err)
+	return Retryable(resp, err)
 }
 
 // maxVerdictBody bounds the peek at 403 and 429 bodies.
@@ -351,9 +349,4 @@ func maxDuration(a, b time.Duration) time.Duration {
 		return a
 	}
 	return b
-}
-
-// classify decides whether this call retries the outcome of its last attempt.
-func (c *call) classify(resp *http.Response, err error) bool {
-	return c.policy.classify(resp, err) && !c.unsafeToRetry(resp, err)
 }

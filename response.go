@@ -27,6 +27,8 @@ type responseBody struct {
 // verdict is what the transport decided about an error response it
 // returned, for CheckResponse to report.
 type verdict struct {
+	retryable  bool      // the outcome was judged transient
+	stop       error     // the stop reason's sentinel (stop.go), if retrying stopped early
 	stopReason string    // why retrying stopped early, if it did
 	retryAt    time.Time // when retrying stopped early for lack of time
 	decidedAt  time.Time // the transport clock's time when it returned

@@ -96,8 +96,8 @@ func (w world) ideal() time.Duration {
 	return w.load.ideal()
 }
 
-// outcome is what one run of a world saw.
-type outcome struct {
+// worldOutcome is what one run of a world saw.
+type worldOutcome struct {
 	wall     time.Duration
 	failed   int      // requests that did not end in a 200
 	saw429   int      // requests that saw at least one 429
@@ -113,9 +113,9 @@ const simDeadline = time.Minute
 
 // runWorld sends the world's burst through the RoundTripper newRT builds
 // over the provider, in simulated time.
-func runWorld(t *testing.T, w world, newRT func(base http.RoundTripper) http.RoundTripper) outcome {
+func runWorld(t *testing.T, w world, newRT func(base http.RoundTripper) http.RoundTripper) worldOutcome {
 	t.Helper()
-	var out outcome
+	var out worldOutcome
 	synctest.Test(t, func(t *testing.T) {
 		srv := retrytest.NewTransport(w.config())
 		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -284,7 +284,7 @@ func gap(w world) string {
 // dropped and the shortfall never cleared: up to 60 s stalls), and so did
 // every "none" cell (8-30x the ideal).
 func TestRobustnessMatrix(t *testing.T) {
-	plain := map[string]outcome{}
+	plain := map[string]worldOutcome{}
 	for _, w := range matrix() {
 		t.Run(w.String(), func(t *testing.T) {
 			key := fmt.Sprintf("%v/%s", w.family == "github", w.load.name)

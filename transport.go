@@ -67,19 +67,20 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return c.refused(err)
 		}
 		resp, err := c.send(a)
-		c.observe(a, resp, err)
-		if !c.classify(resp, err) {
-			return c.finish(resp, err, "")
+		o := c.judge(a, resp, err)
+		c.observe(a, o)
+		if !o.retry {
+			return c.finish(o, nil)
 		}
 		if c.ctx.Err() != nil {
-			return c.canceled(resp, err)
+			return c.canceled(o.resp, o.err)
 		}
-		wait, stop := c.plan(resp)
-		if stop != "" {
-			return c.finish(resp, err, stop)
+		wait, stop := c.plan(o)
+		if stop != nil {
+			return c.finish(o, stop)
 		}
-		c.logRetry(resp, err, wait)
-		discard(resp)
+		c.logRetry(o.resp, o.err, wait)
+		discard(o.resp)
 		if err := c.wait(wait); err != nil {
 			return c.canceled(nil, err)
 		}
@@ -98,8 +99,7 @@ type call struct {
 	body       requestBody
 	header     http.Header // req.Header plus stamped headers; nil: req.Header as is
 	attempts   int
-	lastStatus int    // the last status seen, for errors after it
-	health     health // what the last attempt said of the upstream (overload.go)
+	lastStatus int // the last status seen, for errors after it
 	prevWait   time.Duration
 	retryAt    time.Time // set when retrying stops early for lack of time
 
@@ -128,24 +128,27 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 // send makes one attempt. The caller's request goes out untouched when
 // nothing about it needs to change; otherwise a shallow copy carries this
 // attempt's body, headers and context.
+//
+// An attempt counts (Error.Attempts, Stats, OnAttempt) once its request is
+// built: a body that cannot be made again (GetBody failed) sends nothing.
 func (c *call) send(a admission) (*http.Response, error) {
-	c.attempts++
-	if a.pass.u != nil {
-		a.pass.u.stats.attempts.Add(1)
-	}
-	c.logAttempt()
 	out, timeout, err := c.attemptRequest()
 	if err != nil {
 		c.t.release(a)
 		return nil, err
 	}
+	c.attempts++
+	if a.pass.u != nil {
+		a.pass.u.stats.attempts.Add(1)
+	}
+	c.logAttempt()
 	resp, err := c.t.cfg.base.RoundTrip(out)
 	if resp == nil && err == nil {
 		err = errNoOutcome
 	}
 	release := c.t.releaser(a, timeout.headersArrived())
 	if err != nil {
-		err = timeout.explain(c.ctx, err)
+		err = c.localCause(timeout.explain(c.ctx, err))
 		if release != nil {
 			release()
 		}
@@ -161,7 +164,7 @@ func (c *call) send(a admission) (*http.Response, error) {
 
 // attemptRequest builds the request for this attempt.
 func (c *call) attemptRequest() (*http.Request, *attemptTimer, error) {
-	first := c.attempts == 1
+	first := c.attempts == 0
 	if first && c.body.passThrough() && c.header == nil && c.policy.attemptTimeout == 0 {
 		if c.body.present() {
 			c.body.next() // the caller's body goes out as it is
@@ -192,46 +195,59 @@ func (c *call) attemptRequest() (*http.Request, *attemptTimer, error) {
 }
 
 // plan decides the wait before the next attempt, or why there is none.
-func (c *call) plan(resp *http.Response) (time.Duration, string) {
+func (c *call) plan(o outcome) (time.Duration, *stopReason) {
 	if c.attempts > c.policy.maxRetries {
-		return 0, "retries exhausted"
+		return 0, &stopReason{ErrRetriesExhausted, "retries exhausted"}
 	}
 	if err := c.body.replayError(); err != nil {
-		return 0, strings.TrimPrefix(err.Error(), "retryhttp: ")
+		return 0, &stopReason{ErrBodyNotReplayable, strings.TrimPrefix(err.Error(), "retryhttp: ")}
 	}
 	now := c.t.cfg.clock.Now()
-	wait, server := c.policy.nextWait(resp, now, c.attempts, c.prevWait)
-	if server > c.policy.maxRetryAfter {
-		c.retryAt = now.Add(server)
-		return 0, "server asked to wait " + server.String() + ", longer than the limit " + c.policy.maxRetryAfter.String()
+	if o.serverWait > c.policy.maxRetryAfter {
+		c.retryAt = now.Add(o.serverWait)
+		return 0, &stopReason{ErrServerWaitTooLong, "server asked to wait " + o.serverWait.String() + ", longer than the limit " + c.policy.maxRetryAfter.String()}
 	}
+	wait := c.policy.nextWait(o.serverWait, c.attempts, c.prevWait)
 	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait).After(deadline) {
 		c.retryAt = now.Add(wait)
-		return 0, "the next attempt (in " + wait.String() + ") would start after the request deadline"
+		return 0, &stopReason{ErrPastDeadline, "the next attempt (in " + wait.String() + ") would start after the request deadline"}
 	}
-	if !c.spendRetry(now) {
-		return 0, errBudgetSpent
+	if !c.spendRetry(now, o) {
+		return 0, &stopReason{ErrRetryBudgetSpent, "the retry budget for this upstream is spent"}
 	}
 	if c.u != nil {
 		c.u.stats.retries.Add(1)
 	}
 	c.prevWait = wait
-	return wait, ""
+	return wait, nil
 }
 
 // finish returns the last outcome: the response itself, or an *Error for a
-// transport error.
-func (c *call) finish(resp *http.Response, err error, stop string) (*http.Response, error) {
-	if stop != "" {
-		c.logGiveUp(resp, err, stop)
+// transport error. stop is why retrying stopped early, if it did; the
+// verdict goes with a response so CheckResponse reports it.
+func (c *call) finish(o outcome, stop *stopReason) (*http.Response, error) {
+	var why string
+	if stop != nil {
+		why = stop.text
+		c.logGiveUp(o.resp, o.err, why)
 	}
-	if err == nil {
-		if b := trackedBody(resp); b != nil && (resp.StatusCode >= 400 || stop != "") {
-			b.verdict = &verdict{stopReason: stop, retryAt: c.retryAt, decidedAt: c.t.cfg.clock.Now()}
+	if o.err == nil {
+		if b := trackedBody(o.resp); b != nil && (o.resp.StatusCode >= 400 || stop != nil) {
+			v := &verdict{retryable: o.retry, stopReason: why, retryAt: c.retryAt, decidedAt: c.t.cfg.clock.Now()}
+			if stop != nil {
+				v.stop = stop.err
+			}
+			b.verdict = v
 		}
-		return resp, nil
+		return o.resp, nil
 	}
-	return nil, c.transportError(err, stop)
+	err := o.err
+	if stop != nil {
+		err = &stopError{reason: stop.err, cause: o.err}
+	}
+	e := c.transportError(err, why)
+	e.Retryable = o.retry
+	return nil, e
 }
 
 // refused ends a call that was not admitted: an *Error from the admit stage

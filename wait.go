@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"time"
 )
 
@@ -13,24 +12,16 @@ import (
 // transient: another attempt may well be faster.
 var errAttemptTimeout = errors.New("retryhttp: attempt timed out waiting for response headers")
 
-// nextWait returns the wait before the next attempt and the wait the server
-// asked for (0 if it named none). A positive server wait (see serverWait) is
-// a floor: the retry leaves no earlier, plus jitter (up to a fifth of the
-// wait, never more than WithJitter) so that callers told the same time do
-// not all return at the same instant. Without one, the backoff
-// schedule applies. The server's wait is returned apart, so the limit on it
-// (WithMaxRetryAfter) is checked against what the server said, not against
-// the jitter added to it.
-func (p *policy) nextWait(resp *http.Response, now time.Time, retry int, prev time.Duration) (wait, server time.Duration) {
-	if resp != nil {
-		if d, ok := serverWait(resp, now); ok && d > 0 {
-			if d > p.maxRetryAfter {
-				return d, d
-			}
-			return d + uniform(0, serverJitter(d, p.jitter), rand.Int64N), d
-		}
+// nextWait returns the wait before the next attempt. A positive server
+// wait (outcome.serverWait) is a floor: the retry leaves no earlier, plus
+// jitter (up to a fifth of the wait, never more than WithJitter) so that
+// callers told the same time do not all return at the same instant. Without
+// one, the backoff schedule applies.
+func (p *policy) nextWait(server time.Duration, retry int, prev time.Duration) time.Duration {
+	if server > 0 {
+		return server + uniform(0, serverJitter(server, p.jitter), rand.Int64N)
 	}
-	return p.backoff(retry, prev, rand.Int64N), 0
+	return p.backoff(retry, prev, rand.Int64N)
 }
 
 // serverWaitJitter is the share of a server-requested wait that may be
@@ -47,26 +38,6 @@ func serverJitter(d, jitter time.Duration) time.Duration {
 // rateLimitFallbackWait is the wait after a rate-limit 403 that names no
 // time (GitHub's secondary limits): GitHub asks for at least a minute.
 const rateLimitFallbackWait = time.Minute
-
-// serverWait is how long a response asks the client to wait: Retry-After or
-// retry-after-ms; for a rate limit (429, or a 403 classified as one) without
-// them, until the exhausted quota resets; for a rate-limit 403 naming no time
-// at all, a minute.
-func serverWait(resp *http.Response, now time.Time) (time.Duration, bool) {
-	if d, ok := ParseRetryAfter(resp.Header, now); ok {
-		return d, true
-	}
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusForbidden {
-		return 0, false
-	}
-	if until := exhaustedUntil(ParseRateLimits(resp.Header, now)); until.After(now) {
-		return until.Sub(now), true
-	}
-	if resp.StatusCode == http.StatusForbidden {
-		return rateLimitFallbackWait, true
-	}
-	return 0, false
-}
 
 // exhaustedUntil is the latest reset among the quotas that are used up.
 func exhaustedUntil(l RateLimits) time.Time {

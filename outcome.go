@@ -1,0 +1,167 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// outcome is one attempt's result and the transport's one judgement of it.
+// judge makes it as soon as the attempt returns; every later stage reads it
+// instead of judging again: the upstream's state (pacing, holds, the breaker,
+// the budget), the wait before the next attempt, the logs and hooks, the
+// final error, and CheckResponse, which reports the verdict reached here.
+type outcome struct {
+	resp *http.Response
+	err  error
+
+	// retry: the outcome is transient, another attempt may succeed (the
+	// classifier, x-should-retry, the body's word on a 403 or 429, then
+	// the status or the error; never for a local error).
+	retry bool
+	// health is what the outcome says of the upstream (see health).
+	health health
+	// throttled: the server refused for rate (429).
+	throttled bool
+
+	// limits is the response's rate-limit state, read against the
+	// upstream's clock; the zero value when it states none.
+	limits RateLimits
+	// retryAfter is the wait the response names (Retry-After,
+	// retry-after-ms), as stated; 0 if none.
+	retryAfter time.Duration
+	// serverWait is how long the server asks the client to wait before
+	// the next attempt: retryAfter, or for a rate limit the time until
+	// its exhausted quota resets (a minute for a rate-limit 403 naming no
+	// time); 0 if it asks nothing. Uncapped: the stages that act on it
+	// cap it (holds and the breaker at WithMaxRetryAfter; plan stops).
+	serverWait time.Duration
+}
+
+// health is what one attempt's outcome says about the upstream.
+type health int
+
+const (
+	// noVerdict: the outcome says nothing of the upstream: the caller's
+	// context ended, or the request failed here (a body that cannot be
+	// read or replayed, a Content-Length that does not match the body, an
+	// invalid request), or the failure is not one of load (a certificate,
+	// a host that does not exist).
+	noVerdict health = iota
+	// serving: the upstream answered with a status that is not a
+	// transient failure of its own (any 2xx-4xx, a 429 included, and the
+	// final 5xx such as 501 and 505).
+	serving
+	// failing: a transient 5xx (500, 502, 503, 504, 529), an attempt
+	// timeout or a connection error.
+	failing
+)
+
+func (h health) String() string {
+	switch h {
+	case serving:
+		return "serving"
+	case failing:
+		return "failing"
+	}
+	return "no verdict"
+}
+
+// judge makes the attempt's outcome: one classification, one reading of the
+// headers.
+func (c *call) judge(a admission, resp *http.Response, err error) outcome {
+	o := outcome{resp: resp, err: err}
+	if err != nil {
+		o.health = c.errorHealth(err)
+		o.retry = !localError(c.ctx, err) && c.policy.classify(nil, err) && !c.unsafeToRetry(nil, err)
+		return o
+	}
+	o.throttled = resp.StatusCode == http.StatusTooManyRequests
+	o.health = statusHealth(resp.StatusCode)
+	o.retry = c.policy.classify(resp, nil) && !c.unsafeToRetry(resp, nil)
+	if u := a.pass.u; u != nil && (o.throttled || hasRateLimitKey(resp.Header) || a.pass.probe || !u.free.Load()) {
+		now := c.t.cfg.clock.Now()
+		o.limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))
+	}
+	if resp.StatusCode >= 400 {
+		o.readWaits(c.t.cfg.clock.Now())
+	}
+	return o
+}
+
+// errorHealth judges an attempt that ended in an error.
+func (c *call) errorHealth(err error) health {
+	if localError(c.ctx, err) || !retryableError(err) {
+		return noVerdict
+	}
+	return failing // attempt timeouts, refused and reset connections, ...
+}
+
+// statusHealth judges an answer: only a transient 5xx is a failure of the
+// upstream; a final one (501 Not Implemented, 505) is an answer it meant.
+func statusHealth(code int) health {
+	if code >= 500 && retryableStatus(code) {
+		return failing
+	}
+	return serving
+}
+
+// readWaits reads the waits an error response names.
+func (o *outcome) readWaits(now time.Time) {
+	h := o.resp.Header
+	if d, ok := ParseRetryAfter(h, now); ok {
+		o.retryAfter, o.serverWait = d, d
+		return
+	}
+	code := o.resp.StatusCode
+	if code != http.StatusTooManyRequests && code != http.StatusForbidden {
+		return
+	}
+	limits := o.limits
+	if !limits.Known() {
+		limits = ParseRateLimits(h, now)
+	}
+	if until := exhaustedUntil(limits); until.After(now) {
+		o.serverWait = until.Sub(now)
+		return
+	}
+	if code == http.StatusForbidden && o.retry {
+		o.serverWait = rateLimitFallbackWait
+	}
+}
+
+// localError reports an attempt error that comes from the request or the
+// caller, not from the upstream: such an error is final and says nothing of
+// the upstream's health.
+func localError(ctx context.Context, err error) bool {
+	switch {
+	case ctx.Err() != nil && !errors.Is(err, errAttemptTimeout):
+		return true // the caller gave up
+	case errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrBodyNotReplayable),
+		errors.Is(err, errNoOutcome), errors.Is(err, errBodyFailed):
+		return true
+	}
+	return false
+}
+
+// errBodyFailed marks an attempt whose request body failed while being read:
+// the request, not the upstream, is at fault, and sending it again would
+// send other bytes.
+var errBodyFailed = errors.New("retryhttp: request body failed while being read")
+
+// localCause names the request's own fault in an error from the base
+// transport, so that it is judged final: the body failed while it was being
+// read, or net/http found its length different from ContentLength (sending
+// it again cannot mend either).
+func (c *call) localCause(err error) error {
+	if cause := c.body.readFailure(); cause != nil && !errors.Is(err, errBodyFailed) {
+		return fmt.Errorf("%w: %w", errBodyFailed, err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "http: ContentLength=") && strings.Contains(msg, " with Body length ") {
+		return fmt.Errorf("%w: the body's length is not its ContentLength: %w", ErrInvalidRequest, err)
+	}
+	return err
+}
