@@ -50,13 +50,34 @@ func WithMaxQueueWait(d time.Duration) Option {
 	return Option{func(c *config) { c.maxQueueWait = maxDuration(d, 0) }}
 }
 
-func (l Limits) any() bool {
-	return l.RequestsPerMinute > 0 || l.TokensPerMinute > 0 || l.InputTokensPerMinute > 0 || l.OutputTokensPerMinute > 0
+// PerMinute returns the limit on one dimension; 0: none.
+func (l Limits) PerMinute(d Dimension) int {
+	switch d {
+	case Requests:
+		return l.RequestsPerMinute
+	case Tokens:
+		return l.TokensPerMinute
+	case InputTokens:
+		return l.InputTokensPerMinute
+	case OutputTokens:
+		return l.OutputTokensPerMinute
+	}
+	return 0
 }
 
-// clientLimits holds one upstream's token buckets, one per limit set.
+func (l Limits) any() bool {
+	for _, d := range dimensions {
+		if l.PerMinute(d) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// clientLimits holds one upstream's token buckets, one per dimension that
+// has a limit (nil for the others).
 type clientLimits struct {
-	requests, tokens, input, output *rate.Limiter
+	buckets [len(dimensions)]*rate.Limiter
 }
 
 // newClientLimits makes the buckets for share of l (1: all of it; less
@@ -65,12 +86,11 @@ func newClientLimits(l Limits, burst time.Duration, share float64) *clientLimits
 	if !l.any() {
 		return nil
 	}
-	return &clientLimits{
-		requests: perMinute(l.RequestsPerMinute, burst, share),
-		tokens:   perMinute(l.TokensPerMinute, burst, share),
-		input:    perMinute(l.InputTokensPerMinute, burst, share),
-		output:   perMinute(l.OutputTokensPerMinute, burst, share),
+	cl := &clientLimits{}
+	for _, d := range dimensions {
+		cl.buckets[d] = perMinute(l.PerMinute(d), burst, share)
 	}
+	return cl
 }
 
 // perMinute is a bucket refilled at share of n per minute holding burst's
@@ -118,10 +138,9 @@ func (cl *clientLimits) reserve(now time.Time, in, out int) (time.Time, reservat
 			n -= piece
 		}
 	}
-	book(cl.requests, 1)
-	book(cl.tokens, in+out)
-	book(cl.input, in)
-	book(cl.output, out)
+	for _, d := range dimensions {
+		book(cl.buckets[d], d.units(in, out))
+	}
 	return start, r
 }
 
@@ -142,12 +161,18 @@ func (cl *clientLimits) correct(now time.Time, l RateLimits) {
 			lim.ReserveN(now, min(int(excess), lim.Burst()))
 		}
 	}
-	lower(cl.requests, l.Requests)
-	lower(cl.tokens, l.Tokens)
-	lower(cl.input, l.InputTokens)
-	lower(cl.output, l.OutputTokens)
+	for _, d := range dimensions {
+		lower(cl.buckets[d], *l.Quota(d))
+	}
 }
 
+// countsTokens reports a limit on tokens: only then is a request's body
+// read for an estimate.
 func (cl *clientLimits) countsTokens() bool {
-	return cl.tokens != nil || cl.input != nil || cl.output != nil
+	for _, d := range dimensions {
+		if d != Requests && cl.buckets[d] != nil {
+			return true
+		}
+	}
+	return false
 }

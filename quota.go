@@ -64,6 +64,11 @@ const (
 	QuotaOutputTokens = "otpm" // Limits.OutputTokensPerMinute
 )
 
+// quotaNames are the QuotaTake names, by Dimension.
+var quotaNames = [len(dimensions)]string{
+	Requests: QuotaRequests, Tokens: QuotaTokens, InputTokens: QuotaInputTokens, OutputTokens: QuotaOutputTokens,
+}
+
 // QuotaBackend keeps the quota state that processes share: client-side
 // limits and holds learned from the server, per upstream key (see
 // WithKeyFunc). Implementations must be safe for concurrent use and should
@@ -326,9 +331,8 @@ func (cfg *config) quotaTakes(in, out int) []QuotaTake {
 		perSecond, burst := limitRate(perMinute, cfg.limitBurst, 1)
 		takes = append(takes, QuotaTake{Name: name, PerSecond: perSecond, Burst: float64(burst), N: float64(n)})
 	}
-	add(QuotaRequests, cfg.limits.RequestsPerMinute, 1)
-	add(QuotaTokens, cfg.limits.TokensPerMinute, in+out)
-	add(QuotaInputTokens, cfg.limits.InputTokensPerMinute, in)
-	add(QuotaOutputTokens, cfg.limits.OutputTokensPerMinute, out)
+	for _, d := range dimensions {
+		add(quotaNames[d], cfg.limits.PerMinute(d), d.units(in, out))
+	}
 	return takes
 }

@@ -19,6 +19,22 @@ const (
 // dimensions lists every Dimension, for loops.
 var dimensions = [...]Dimension{Requests, Tokens, InputTokens, OutputTokens}
 
+// units is how much of the dimension one attempt of in input and out
+// output tokens takes.
+func (d Dimension) units(in, out int) int {
+	switch d {
+	case Requests:
+		return 1
+	case Tokens:
+		return in + out
+	case InputTokens:
+		return in
+	case OutputTokens:
+		return out
+	}
+	return 0
+}
+
 // String names the dimension as the headers do.
 func (d Dimension) String() string {
 	switch d {
@@ -85,5 +101,10 @@ func (r *RateLimits) Quota(d Dimension) *Quota {
 
 // Known reports whether any dimension was stated.
 func (r RateLimits) Known() bool {
-	return r.Requests.Known() || r.Tokens.Known() || r.InputTokens.Known() || r.OutputTokens.Known()
+	for _, d := range dimensions {
+		if r.Quota(d).Known() {
+			return true
+		}
+	}
+	return false
 }
