@@ -82,7 +82,8 @@
 // help and when, and what the provider said (its error type, message and
 // request id). Error() is for logs; UserMessage is a calm sentence for end
 // users. Neither ever holds credentials: URLs, error texts, log lines and
-// hook arguments are redacted.
+// hook arguments are redacted, the request's own credential headers'
+// values wherever they appear, and WithKeyFunc keys are fingerprinted.
 //
 // # Shared quotas
 //

@@ -26,7 +26,23 @@ const maxMessage = 500
 
 // Error is a failed request, as RoundTrip or CheckResponse report it. Error()
 // is the technical summary for logs; UserMessage is for the people behind the
-// client. Neither holds credentials.
+// client. Neither holds credentials, nor do the text fields (URL, Message,
+// ProviderType, RequestID, StopReason):
+//
+//   - the request's own credentials, the values of its Authorization,
+//     Proxy-Authorization, X-Api-Key, Api-Key and Cookie headers (each 6
+//     bytes or longer), and the token of an Authorization and each cookie
+//     value, are replaced by REDACTED wherever they appear: in Message (a
+//     provider may echo the key back), URL, Error() and the cause's text;
+//   - so are URL userinfo, Bearer/Basic credentials, well-known API key
+//     shapes (sk-..., sk-ant-..., ghp_..., AKIA...) and the values of
+//     secret-looking query parameters and key=value pairs: names holding
+//     key, token, secret, passw, pwd, signature, credential, auth, session,
+//     jwt, hmac or assertion; names with sig, pass, pw or otp as a word
+//     ("url_sig", "db_pw"); and code.
+//
+// Err is the original error, unredacted, so that errors.Is and errors.As
+// reach it: log e.Error(), not e.Err.Error().
 type Error struct {
 	StatusCode int       // the last status seen; 0 when no response came back
 	Attempts   int       // attempts sent (0 when refused locally before any)
@@ -35,7 +51,7 @@ type Error struct {
 	Err        error     // the cause: the transport error, or nil for a status
 
 	Method       string // the request's method
-	URL          string // the request's URL, credentials redacted
+	URL          string // the request's URL, credentials redacted (fragment and userinfo dropped, secret query values hidden)
 	ProviderType string // the provider's error type: "overloaded_error", "insufficient_quota", ...
 	Message      string // the provider's message, bounded and redacted
 	RequestID    string // the provider's request id (request-id, x-request-id)
@@ -45,11 +61,14 @@ type Error struct {
 	// out (the transport's, which tests may fake), so UserMessage phrases
 	// the wait as the transport saw it. Zero: the system clock.
 	decidedAt time.Time
+	// creds are the request's credentials, for Error() to take out of the
+	// cause's text, which is only rendered when asked for.
+	creds *credentials
 }
 
 // Error returns the technical summary: method, host and path, status,
 // provider type and message, attempts, request id, why retrying stopped, and
-// the cause.
+// the cause, with credentials redacted (see Error).
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("retryhttp: ")
@@ -83,9 +102,9 @@ func (e *Error) Error() string {
 		b.WriteString("; stopped: " + e.StopReason)
 	}
 	if e.Err != nil && !e.onlyStopped() {
-		b.WriteString(": " + redactText(e.Err.Error()))
+		b.WriteString(": " + e.creds.text(e.Err.Error()))
 	}
-	return b.String()
+	return e.creds.literal(b.String())
 }
 
 // onlyStopped reports an Err that says no more than StopReason does.
@@ -255,6 +274,7 @@ func (e *Error) when() string {
 
 // transportError reports a call that ended on an error rather than a response.
 func (c *call) transportError(err error, stop string) *Error {
+	creds := c.creds()
 	return &Error{
 		Err:        err,
 		StatusCode: c.lastStatus,
@@ -262,9 +282,10 @@ func (c *call) transportError(err error, stop string) *Error {
 		Retryable:  retryableError(err),
 		RetryAt:    c.retryAt,
 		Method:     methodOf(c.req),
-		URL:        redactURL(c.req.URL),
-		StopReason: stop,
+		URL:        creds.url(c.req.URL),
+		StopReason: creds.text(stop), // a body's read error may quote anything
 		decidedAt:  c.t.cfg.clock.Now(),
+		creds:      creds,
 	}
 }
 
@@ -285,7 +306,8 @@ func CheckResponse(resp *http.Response, err error) error {
 		}
 		e = &Error{Err: err, Attempts: 1, Retryable: retryableError(err)}
 		if resp != nil && resp.Request != nil {
-			e.Method, e.URL = methodOf(resp.Request), redactURL(resp.Request.URL)
+			e.creds = credentialsOf(resp.Request)
+			e.Method, e.URL = methodOf(resp.Request), e.creds.url(resp.Request.URL)
 		}
 		return e
 	}
@@ -299,20 +321,22 @@ func CheckResponse(resp *http.Response, err error) error {
 }
 
 func responseError(resp *http.Response, now time.Time) *Error {
+	creds := credentialsOf(resp.Request) // nil without a request
 	e := &Error{
 		StatusCode: resp.StatusCode,
 		Attempts:   max(Attempts(resp), 1),
 		Retryable:  Retryable(resp, nil),
-		RequestID:  cleanField(requestID(resp.Header)),
+		RequestID:  cleanField(requestID(resp.Header), creds),
+		creds:      creds,
 	}
 	if resp.Request != nil {
-		e.Method, e.URL = methodOf(resp.Request), redactURL(resp.Request.URL)
+		e.Method, e.URL = methodOf(resp.Request), creds.url(resp.Request.URL)
 	}
 	v := trackedVerdict(resp)
 	if v != nil {
 		// The transport decided on its own clock; read the headers on it too.
 		now = v.decidedAt
-		e.StopReason, e.RetryAt = v.stopReason, v.retryAt
+		e.StopReason, e.RetryAt = creds.text(v.stopReason), v.retryAt
 		if v.stop != nil {
 			e.Err = &stopError{reason: v.stop}
 		}
@@ -321,7 +345,7 @@ func responseError(resp *http.Response, now time.Time) *Error {
 	if d, ok := ParseRetryAfter(resp.Header, now); ok && e.RetryAt.IsZero() {
 		e.RetryAt = now.Add(d)
 	}
-	p := parseProviderError(peekBody(resp, maxErrorBody), resp.Header.Get("Content-Type"))
+	p := readProviderError(peekBody(resp, maxErrorBody), resp.Header.Get("Content-Type"), creds)
 	e.ProviderType, e.Message = p.Type, p.Message
 	if e.RequestID == "" {
 		e.RequestID = p.RequestID
@@ -390,6 +414,13 @@ type providerError struct {
 // and, failing those, a short plain-text body. It never fails: what cannot be
 // read is left empty.
 func parseProviderError(body []byte, contentType string) providerError {
+	return readProviderError(body, contentType, nil)
+}
+
+// readProviderError is parseProviderError that also redacts the request's
+// own credentials from what it keeps, before the message is cut, so a cut
+// cannot leave part of one.
+func readProviderError(body []byte, contentType string, creds *credentials) providerError {
 	var p providerError
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
@@ -400,8 +431,8 @@ func parseProviderError(body []byte, contentType string) providerError {
 	} else if !looksLikeMarkup(body, contentType) {
 		p.Message = string(body)
 	}
-	p.Message = cleanMessage(p.Message)
-	p.Type, p.RequestID = cleanField(p.Type), cleanField(p.RequestID)
+	p.Message = cleanMessage(p.Message, creds)
+	p.Type, p.RequestID = cleanField(p.Type, creds), cleanField(p.RequestID, creds)
 	if d, ok := retryHint(p.Message); ok {
 		p.RetryIn = d
 	}
@@ -453,25 +484,27 @@ func looksLikeMarkup(body []byte, contentType string) bool {
 }
 
 // cleanMessage folds white space, drops invalid UTF-8 and control bytes,
-// bounds the length and redacts credentials a provider may echo back.
-func cleanMessage(s string) string { return cleanText(s, maxMessage) }
+// bounds the length and redacts credentials a provider may echo back, the
+// request's own (creds, may be nil) among them.
+func cleanMessage(s string, creds *credentials) string { return cleanText(s, maxMessage, creds) }
 
 // maxField bounds the short fields taken from a server (provider error type,
 // request id).
 const maxField = 128
 
 // cleanField cleans a short server-supplied field, as cleanMessage does.
-func cleanField(s string) string { return cleanText(s, maxField) }
+func cleanField(s string, creds *credentials) string { return cleanText(s, maxField, creds) }
 
 // cleanText makes server-supplied text safe to log: valid UTF-8, no control
-// characters, white space folded, credentials redacted, at most n runes
-// (plus an ellipsis when cut). Redaction comes before the cut, so a
-// credential is never cut to a prefix that no longer looks like one.
-func cleanText(s string, n int) string {
+// characters, white space folded, credentials (creds among them) redacted,
+// at most n runes (plus an ellipsis when cut). Redaction comes before the
+// cut, so a credential is never cut to a prefix that no longer looks like
+// one; creds are taken out before the folding too, which could change them.
+func cleanText(s string, n int, creds *credentials) string {
 	if s == "" {
 		return ""
 	}
-	s = strings.ToValidUTF8(s, "")
+	s = strings.ToValidUTF8(creds.literal(s), "")
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
 			return ' ' // also folds bidi overrides and zero-width marks
@@ -479,7 +512,7 @@ func cleanText(s string, n int) string {
 		return r
 	}, s)
 	s = strings.Join(strings.Fields(s), " ")
-	s = redactText(s)
+	s = creds.text(s)
 	if utf8.RuneCountInString(s) > n {
 		s = string([]rune(s)[:n]) + "…"
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -588,4 +589,113 @@ func FuzzParseProviderError(f *testing.F) {
 		fed := append(append(append([]byte(nil), body[:i]...), " "+key+" "...), body[i:]...)
 		check(parseProviderError(fed, contentType), fed)
 	})
+}
+
+// peCredentialCases are credentials of no known shape, as a request carries
+// them, and the part of each that a provider might echo back.
+var peCredentialCases = []struct{ name, header, value, echoed string }{
+	{"x-api-key", "X-Api-Key", "XAPIKEY-3f9a2c7e5b1d4a6c", "XAPIKEY-3f9a2c7e5b1d4a6c"},
+	{"api-key", "Api-Key", "azk3f9a2c7e5b1d4a6c8e0f", "azk3f9a2c7e5b1d4a6c8e0f"},
+	{"bearer token", "Authorization", "Bearer tok3f9a2c7e5b1d", "tok3f9a2c7e5b1d"},
+	{"whole authorization", "Authorization", "ApiKey 3f9a2c7e5b1d", "ApiKey 3f9a2c7e5b1d"},
+	{"basic", "Authorization", "Basic dXNlcjpodW50ZXIy", "dXNlcjpodW50ZXIy"},
+	{"cookie value", "Cookie", "theme=dark; sid=c00k1e5ecret42", "c00k1e5ecret42"},
+	{"lower-case header name", "x-api-key", "lck3f9a2c7e5b1d4a", "lck3f9a2c7e5b1d4a"},
+}
+
+// A provider error body that echoes the request's own credential does not
+// carry it into Error.Message or Error(), whatever its shape.
+func TestErrorRedactsTheRequestsOwnCredentials(t *testing.T) {
+	for _, tc := range peCredentialCases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				fmt.Fprintf(w, `{"error":{"type":"authentication_error","message":"the credential %s is not valid"}}`, tc.echoed)
+			}))
+			defer srv.Close()
+			rt := New(nil, WithMaxRetries(0))
+			defer rt.CloseIdleConnections()
+			req, err := http.NewRequest(http.MethodGet, srv.URL+"/v1/models", nil)
+			require.NoError(t, err)
+			req.Header[tc.header] = []string{tc.value} // as set, even uncanonical
+			resp, err := rt.RoundTrip(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+
+			e := peCheck(t, resp, nil)
+			assert.Contains(t, e.Message, "is not valid", "the message is kept")
+			assert.Contains(t, e.Message, "REDACTED")
+			for _, text := range []string{e.Message, e.Error(), e.URL, e.UserMessage()} {
+				assert.NotContains(t, text, tc.echoed)
+			}
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Contains(t, string(body), tc.echoed, "the body itself is the caller's, untouched")
+		})
+	}
+}
+
+// A transport error that quotes the request's credential (a proxy's, a
+// custom base's) does not carry it into Error(), the hooks or the log, nor
+// does a URL that holds it in its path.
+func TestTransportErrorRedactsTheRequestsOwnCredentials(t *testing.T) {
+	for _, tc := range peCredentialCases {
+		t.Run(tc.name, func(t *testing.T) {
+			base := peRoundTripperFunc(func(*http.Request) (*http.Response, error) {
+				return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("proxy refused %s: %w", tc.echoed, syscall.ECONNREFUSED)}
+			})
+			var logs bytes.Buffer
+			var events []string
+			record := func(e Event) {
+				events = append(events, e.URL, e.Reason)
+				if e.Err != nil {
+					events = append(events, e.Err.Error())
+				}
+			}
+			rt := New(base, WithClock(autoClock()), WithMaxRetries(1), WithBackoff(time.Millisecond, time.Millisecond), WithJitter(0),
+				WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+				WithHooks(Hooks{OnAttempt: record, OnRetry: record, OnGiveUp: record}))
+			req, err := http.NewRequest(http.MethodGet, "https://api.test/v1/keys/"+url.PathEscape(tc.echoed)+"/usage", nil)
+			require.NoError(t, err)
+			req.Header[tc.header] = []string{tc.value}
+			_, err = rt.RoundTrip(req)
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			assert.ErrorIs(t, err, syscall.ECONNREFUSED, "the cause is still reached")
+			assert.Contains(t, e.Error(), "proxy refused REDACTED")
+			require.NotEmpty(t, events)
+			for _, text := range append(events, e.Error(), e.URL, e.StopReason, logs.String()) {
+				assert.NotContains(t, text, tc.echoed)
+				assert.NotContains(t, text, url.PathEscape(tc.echoed))
+			}
+			assert.Contains(t, logs.String(), "proxy refused REDACTED")
+		})
+	}
+}
+
+// CheckResponse redacts the credentials of a response's request even when
+// the response did not come through the transport, and copes without one.
+func TestCheckResponseRedactsCredentialsOfAnyResponse(t *testing.T) {
+	resp := peResponse(403, nil, `{"message":"key XAPIKEY-3f9a2c7e5b1d4a6c has no access"}`)
+	resp.Request.Header.Set("X-Api-Key", "XAPIKEY-3f9a2c7e5b1d4a6c")
+	e := peCheck(t, resp, nil)
+	assert.Equal(t, "key REDACTED has no access", e.Message)
+	assert.NotContains(t, e.Error(), "XAPIKEY-3f9a2c7e5b1d4a6c")
+
+	resp.Request = nil
+	assert.NotPanics(t, func() { peCheck(t, resp, nil) })
+
+	// Short header values are not redacted literally: they would blank out
+	// common words wherever they appear.
+	resp = peResponse(401, nil, `{"error":{"message":"the key abc is not valid"}}`)
+	resp.Request.Header.Set("X-Api-Key", "abc")
+	assert.Equal(t, "the key abc is not valid", peCheck(t, resp, nil).Message)
+
+	leak := fmt.Errorf("proxy refused XAPIKEY-3f9a2c7e5b1d4a6c: %w", syscall.ECONNREFUSED)
+	req, _ := http.NewRequest(http.MethodGet, "https://api.test/", nil)
+	req.Header.Set("X-Api-Key", "XAPIKEY-3f9a2c7e5b1d4a6c")
+	e = peCheck(t, &http.Response{StatusCode: 502, Request: req, Header: http.Header{}, Body: http.NoBody}, leak)
+	assert.NotContains(t, e.Error(), "XAPIKEY-3f9a2c7e5b1d4a6c")
+	assert.ErrorIs(t, e, syscall.ECONNREFUSED)
 }

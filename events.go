@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Event describes one step of a request's life, for hooks. Its URL and error
-// text are redacted: no credentials reach a hook.
+// Event describes one step of a request's life, for hooks. Its URL, error
+// text and reason are redacted as Error's are: no credentials reach a hook.
 type Event struct {
 	Method     string
 	URL        string        // redacted
@@ -45,25 +45,31 @@ func WithHooks(h Hooks) Option {
 	return Option{func(c *config) { c.hooks = h }}
 }
 
-func (c *call) event(resp *http.Response, err error) Event {
-	e := Event{Method: methodOf(c.req), URL: redactURL(c.req.URL), Attempt: c.attempts}
+// event describes the call's last attempt; reason is redacted for it.
+func (c *call) event(resp *http.Response, err error, reason string) Event {
+	creds := c.creds()
+	e := Event{Method: methodOf(c.req), URL: creds.url(c.req.URL), Attempt: c.attempts, Reason: creds.text(reason)}
 	if resp != nil {
 		e.StatusCode = resp.StatusCode
 	}
 	if err != nil {
-		e.Err = redactedError{err}
+		e.Err = redactedError{err, creds}
 	}
 	return e
 }
 
+// creds are the credentials of the caller's request, to keep out of what
+// is written about it. They are gathered only when something is written.
+func (c *call) creds() *credentials { return credentialsOf(c.req) }
+
 func (c *call) logAttempt() {
 	cfg := &c.t.cfg
 	if cfg.hooks.OnAttempt != nil {
-		cfg.hooks.OnAttempt(c.event(nil, nil))
+		cfg.hooks.OnAttempt(c.event(nil, nil, ""))
 	}
 	if cfg.logger != nil && cfg.logger.Enabled(c.ctx, slog.LevelDebug) {
 		cfg.logger.LogAttrs(c.ctx, slog.LevelDebug, "retryhttp: attempt",
-			slog.String("method", methodOf(c.req)), slog.String("url", redactURL(c.req.URL)),
+			slog.String("method", methodOf(c.req)), slog.String("url", c.creds().url(c.req.URL)),
 			slog.Int("attempt", c.attempts))
 	}
 }
@@ -73,8 +79,8 @@ func (c *call) logRetry(resp *http.Response, err error, wait time.Duration) {
 	if cfg.hooks.OnRetry == nil && cfg.logger == nil {
 		return
 	}
-	e := c.event(resp, err)
-	e.Wait, e.Reason = wait, outcomeText(resp, err)
+	e := c.event(resp, err, outcomeText(resp, err))
+	e.Wait = wait
 	if cfg.hooks.OnRetry != nil {
 		cfg.hooks.OnRetry(e)
 	}
@@ -86,8 +92,7 @@ func (c *call) logGiveUp(resp *http.Response, err error, why string) {
 	if cfg.hooks.OnGiveUp == nil && cfg.logger == nil {
 		return
 	}
-	e := c.event(resp, err)
-	e.Reason = why
+	e := c.event(resp, err, why)
 	if cfg.hooks.OnGiveUp != nil {
 		cfg.hooks.OnGiveUp(e)
 	}
@@ -117,10 +122,10 @@ func (c *call) log(level slog.Level, msg string, e Event) {
 }
 
 // outcomeText names an attempt's outcome for logs: "503 Service
-// Unavailable" or the redacted error.
+// Unavailable" or the error's text, which event redacts.
 func outcomeText(resp *http.Response, err error) string {
 	if err != nil {
-		return redactText(err.Error())
+		return err.Error()
 	}
 	if resp == nil {
 		return ""

@@ -1,8 +1,6 @@
 package retryhttp
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -25,24 +23,26 @@ type upstreamKey struct {
 // pacing, holds and client-side limits. The default groups by scheme, host
 // and port. Key by API key when several keys with separate quotas share a
 // host; the function must be fast and must not read the body.
+//
+// What f returns is never written out: Stats().Key, BreakerEvent.Key, log
+// lines and a quota backend's keys name the upstream by a fingerprint,
+// "key:" and 16 hex digits (the first 8 bytes of the value's SHA-256), the
+// same in every process and different for different values. Returning the
+// API key itself is therefore safe, and a label is fingerprinted too.
 func WithKeyFunc(f func(*http.Request) string) Option {
 	return Option{func(c *config) { c.keyFunc = f }}
 }
 
 // String is the key as Stats, logs, hooks and a shared quota backend name
-// it: "scheme://host[:port]", or the WithKeyFunc value. A WithKeyFunc value
-// that holds a credential (keying by API key is what the option is for) is
-// never written out: it is redacted, and a fingerprint (the first 8 bytes of
-// its SHA-256) keeps different keys apart.
+// it: "scheme://host[:port]" by default, or the fingerprint of the
+// WithKeyFunc value. That value is fingerprinted whatever it looks like:
+// keying by API key is what the option is for, and no pattern tells every
+// credential (a vendor's own prefix, a UUID) from a label.
 func (k upstreamKey) String() string {
 	if k.custom == "" && k.scheme != "" {
 		return k.scheme + "://" + k.host
 	}
-	if r := redactText(k.custom); r != k.custom {
-		sum := sha256.Sum256([]byte(k.custom))
-		return r + " #" + hex.EncodeToString(sum[:8])
-	}
-	return k.custom
+	return fingerprint(k.custom)
 }
 
 func (t *RetryTransport) keyOf(req *http.Request) upstreamKey {

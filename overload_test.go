@@ -276,7 +276,7 @@ func TestKeysThatHoldCredentialsAreNeverWrittenOut(t *testing.T) {
 	assert.NotContains(t, a, "abcdefghijklmnop")
 	assert.NotEqual(t, a, b, "different keys stay apart")
 	assert.Equal(t, a, upstreamKey{custom: secret}.String(), "and the same key names the same upstream")
-	assert.Equal(t, "tenant-42", upstreamKey{custom: "tenant-42"}.String())
+	assert.Equal(t, fingerprint("tenant-42"), upstreamKey{custom: "tenant-42"}.String(), "a label is fingerprinted as well")
 	assert.Equal(t, "https://api.test:8443", upstreamKey{scheme: "https", host: "api.test:8443"}.String())
 
 	rt := New(&switchable{}, WithClock(autoClock()), WithMaxRetries(0),

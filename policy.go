@@ -169,7 +169,10 @@ func WithMaxBufferedBody(n int64) Option {
 
 // WithLogger sends the transport's logs to l: debug per attempt, info per
 // retry (with the wait and the reason), warn on giving up. nil, the default,
-// is silent. Credentials never appear in log lines.
+// is silent. Credentials never appear in log lines: URLs and error texts are
+// redacted as Error's are (the request's own Authorization, X-Api-Key,
+// Api-Key and Cookie values included), and an upstream keyed by WithKeyFunc
+// is named by its fingerprint.
 func WithLogger(l *slog.Logger) Option {
 	return Option{func(c *config) { c.logger = l }}
 }

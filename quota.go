@@ -220,7 +220,7 @@ func (q *sharedQuota) settle(c *call, probe bool, err error) {
 	if l := c.t.cfg.logger; l != nil {
 		if err != nil {
 			l.LogAttrs(c.ctx, slog.LevelWarn, "retryhttp: quota backend unavailable, using local limits",
-				slog.String("error", redactText(err.Error())), slog.Float64("local_share", q.share))
+				slog.String("error", c.creds().text(err.Error())), slog.Float64("local_share", q.share))
 		} else {
 			l.LogAttrs(c.ctx, slog.LevelInfo, "retryhttp: quota backend available again",
 				slog.Duration("outage", now.Sub(since)))

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -100,7 +101,7 @@ func TestSecretQueryKey(t *testing.T) {
 
 func TestRedactedErrorKeepsTheChain(t *testing.T) {
 	cause := errors.New("root")
-	err := redactedError{fmt.Errorf("Get %q: %w", "https://u:pw@api.test/?token=T", cause)}
+	err := redactedError{err: fmt.Errorf("Get %q: %w", "https://u:pw@api.test/?token=T", cause)}
 	assert.ErrorIs(t, err, cause)
 	assert.Equal(t, `Get "https://REDACTED@api.test/?token=REDACTED": root`, err.Error())
 }
@@ -150,4 +151,47 @@ func FuzzRedactText(f *testing.F) {
 			t.Fatalf("text without secrets changed: %q -> %q", plain, redactText(plain))
 		}
 	})
+}
+
+// secretQueryNames are the parameter names whose values must be redacted:
+// each name of the documented list (secretQueryKey), alone and inside
+// longer names.
+var secretQueryNames = []string{
+	"token", "access_token", "id_token", "key", "api_key", "apikey", "subscription-key",
+	"secret", "client_secret", "sig", "url_sig", "signature", "X-Amz-Signature",
+	"password", "passwd", "pass", "user_pass", "pwd", "pw", "db_pw",
+	"auth", "oauth", "credential", "X-Amz-Credential", "jwt", "id_jwt",
+	"hmac", "hmac_sha256", "session", "sessionid", "code", "otp", "client_assertion",
+}
+
+func TestSecretQueryValuesAreRedactedForEveryListedName(t *testing.T) {
+	for _, name := range secretQueryNames {
+		t.Run(name, func(t *testing.T) {
+			u, err := url.Parse("https://api.test/v1?model=m&" + name + "=s3cr3tv4lue&page=2")
+			require.NoError(t, err)
+			assert.Equal(t, "https://api.test/v1?model=m&"+name+"=REDACTED&page=2", redactURL(u))
+			assert.Equal(t, "rejected "+name+"=REDACTED here", redactText("rejected "+name+"=s3cr3tv4lue here"))
+			assert.Equal(t, `{"`+name+`":"REDACTED"}`, redactText(`{"`+name+`":"s3cr3tv4lue"}`))
+		})
+	}
+	// Short names match as a whole word of the name only, so that common
+	// words holding them keep their values.
+	for _, name := range []string{"compass", "bypass", "passenger", "signed", "design", "pwr", "error_code", "zip_code", "lotpe"} {
+		assert.False(t, secretQueryKey(name), name)
+	}
+}
+
+// A secret query value is redacted in the URL an Error reports, for every
+// listed name.
+func TestErrorURLRedactsEveryListedQueryName(t *testing.T) {
+	for _, name := range secretQueryNames {
+		resp := &http.Response{StatusCode: 400, Header: http.Header{}, Body: http.NoBody}
+		req, err := http.NewRequest(http.MethodGet, "https://api.test/v1?"+name+"=s3cr3tv4lue", nil)
+		require.NoError(t, err)
+		resp.Request = req
+		var e *Error
+		require.ErrorAs(t, CheckResponse(resp, nil), &e)
+		assert.NotContains(t, e.URL, "s3cr3tv4lue", name)
+		assert.NotContains(t, e.Error(), "s3cr3tv4lue", name)
+	}
 }

@@ -12,8 +12,9 @@ import (
 // request; an upstream evicted from the transport's table (more than 1024
 // in use) starts again from zero.
 type Stats struct {
-	// Key names the upstream: "scheme://host[:port]", or the WithKeyFunc
-	// value.
+	// Key names the upstream: "scheme://host[:port]", or the fingerprint
+	// of the WithKeyFunc value ("key:" and 16 hex digits; the value itself
+	// is never shown).
 	Key string
 
 	Requests    uint64 // requests (first attempts) admitted or refused

@@ -114,7 +114,8 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 		if req != nil && req.Body != nil {
 			req.Body.Close()
 		}
-		return &Error{Err: err, Method: methodOf(req), URL: redactURL(urlOf(req))}
+		creds := credentialsOf(req)
+		return &Error{Err: err, Method: methodOf(req), URL: creds.url(urlOf(req)), creds: creds}
 	}
 	*c = call{t: t, key: t.keyOf(req), req: req, ctx: req.Context(), policy: &t.cfg.policy}
 	if opts := requestOptions(c.ctx); opts != nil {
