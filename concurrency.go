@@ -5,7 +5,8 @@ import "context"
 // WithMaxConcurrency caps the attempts in flight at once through the
 // transport. A slot is taken just before an attempt is sent and held until
 // its response body is closed or read to EOF (a stream counts as in flight
-// for as long as it is read), or at once when the attempt fails. It is not
+// for as long as it is read), or at once when the attempt fails or its
+// response has no body (http.NoBody: HEAD, 204, 304). It is not
 // held during waits between attempts. 0, the default, sets no cap. Waiting
 // for a slot is first come, first served, and bounded by the request context.
 func WithMaxConcurrency(n int) Option {

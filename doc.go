@@ -42,7 +42,8 @@
 // The outcome is the last response, returned with its body unread and its
 // type kept (a 101 body stays an io.ReadWriteCloser), or an *Error when the
 // last attempt ended in a transport error. Bodies of superseded attempts are
-// drained (up to 64 KiB) and closed so connections are reused; response
+// drained (up to 64 KiB, for at most 200 ms) and closed so connections are
+// reused, and a stalled body never holds up the call; response
 // bodies are never buffered, so streams pass straight through.
 //
 // # What is learned from a server, and how far it is trusted

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -19,6 +18,7 @@ import (
 
 // maxErrorBody bounds how much of an error response CheckResponse reads to
 // find the provider's message. Error bodies are small; a large one is cut.
+// The read is bounded in time as well (peekTimeout, bodypeek.go).
 const maxErrorBody = 64 << 10
 
 // maxMessage bounds the provider message kept in an Error.
@@ -296,8 +296,11 @@ func joinErrors(outer, inner error) error { return fmt.Errorf("%w: %w", outer, i
 // response, ours or not. It reads at most 64 KiB of an error body to find the
 // provider's error type, message and suggested wait (the Anthropic and OpenAI
 // JSON shapes, GitHub's, or plain text), and puts those bytes back, so the
-// caller can still read the body whole. A body already read or closed is
-// classified by status and headers alone; resp.Request may be nil.
+// caller can still read the body whole. It waits at most 200 ms for those
+// bytes: a body that stalls is classified by status and headers alone, and
+// the bytes that come later are still read first from the body. A body
+// already read or closed is classified by status and headers alone;
+// resp.Request may be nil.
 func CheckResponse(resp *http.Response, err error) error {
 	if err != nil {
 		var e *Error
@@ -374,30 +377,6 @@ func trackedVerdict(resp *http.Response) *verdict {
 	}
 	return nil
 }
-
-// peekBody reads up to n bytes of resp's body and puts them back in front of
-// the rest, keeping the transport's tracking body in place. A body already
-// read or closed yields what it yields (usually nothing).
-func peekBody(resp *http.Response, n int64) []byte {
-	if resp.Body == nil || resp.Body == http.NoBody {
-		return nil
-	}
-	slot := &resp.Body
-	if b := trackedBody(resp); b != nil {
-		slot = &b.rc
-	}
-	orig := *slot
-	prefix, _ := io.ReadAll(io.LimitReader(orig, n))
-	*slot = &peekedBody{Reader: io.MultiReader(bytes.NewReader(prefix), orig), closer: orig}
-	return prefix
-}
-
-type peekedBody struct {
-	io.Reader
-	closer io.Closer
-}
-
-func (p *peekedBody) Close() error { return p.closer.Close() }
 
 // providerError is what a provider's error body says.
 type providerError struct {

@@ -12,6 +12,13 @@ import (
 // and no more, so a large or endless body does not hold the retry up.
 const maxDrain = 64 << 10
 
+// drainTimeout bounds how long draining a superseded response body may take
+// (see maxDrain): a body that stalls is closed when it is up, so it never
+// holds up the retry, at the cost of that one connection. It is real time,
+// not the transport's Clock: a fake clock whose timers fire at once would
+// close every body before it was drained.
+const drainTimeout = 200 * time.Millisecond
+
 // responseBody wraps the body of every response RoundTrip returns. It carries
 // the attempt count (see Attempts) and why retrying stopped, and runs done
 // once when the body is closed or read to EOF: that is when the attempt's
@@ -73,7 +80,14 @@ func wrapResponseBody(resp *http.Response, attempts int, done func()) {
 		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done}, rwc}
 		return
 	}
-	resp.Body = &responseBody{rc: rc, attempts: attempts, done: done}
+	b := &responseBody{rc: rc, attempts: attempts, done: done}
+	resp.Body = b
+	if rc == http.NoBody {
+		// Nothing to read (HEAD, 204, 304, an empty body): the attempt is
+		// over now, so its slot is not left to a Close that callers of a
+		// bodiless response often skip.
+		b.finish()
+	}
 }
 
 // trackedBody returns the tracking body of a response RoundTrip returned.
@@ -100,12 +114,31 @@ func Attempts(resp *http.Response) int {
 	return 0
 }
 
-// discard drains a superseded response's body (bounded) and closes it, so
-// its connection goes back to the pool.
+// discard drains a superseded response's body, at most maxDrain bytes for at
+// most drainTimeout, and closes it, so its connection goes back to the pool.
+// When the time is up the body is closed under the pending read, which ends
+// it (net/http unblocks a Read when its body is closed).
 func discard(resp *http.Response) {
 	if resp == nil || resp.Body == nil {
 		return
 	}
-	io.CopyN(io.Discard, resp.Body, maxDrain)
-	resp.Body.Close()
+	body := resp.Body
+	if body == http.NoBody {
+		return
+	}
+	if b := trackedBody(resp); b != nil && b.rc == http.NoBody {
+		b.Close()
+		return
+	}
+	closed := make(chan struct{})
+	timer := time.AfterFunc(drainTimeout, func() {
+		body.Close()
+		close(closed)
+	})
+	io.CopyN(io.Discard, body, maxDrain)
+	if timer.Stop() {
+		body.Close()
+	} else {
+		<-closed // the timer closed it
+	}
 }
