@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/retrytest"
 )
 
 // WithRateLimit keeps requests under a provider's published limits before
@@ -26,7 +27,7 @@ func ExampleWithRateLimit() {
 	}))
 	defer srv.Close()
 
-	clock := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := retrytest.NewClock()
 	client := &http.Client{Transport: retryhttp.New(nil,
 		retryhttp.WithRateLimit(retryhttp.Limits{RequestsPerMinute: 600}),
 		retryhttp.WithClock(clock))}
@@ -105,7 +106,7 @@ func ExampleLimits() {
 	}))
 	defer srv.Close()
 
-	clock := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := retrytest.NewClock()
 	client := &http.Client{Transport: retryhttp.New(nil,
 		retryhttp.WithRateLimit(retryhttp.Limits{
 			RequestsPerMinute:     50,
@@ -126,10 +127,10 @@ func ExampleLimits() {
 		resp.Body.Close()
 	}
 	fmt.Println("requests served:", calls.Load())
-	fmt.Println("waits before sending:", clock.Waits())
+	fmt.Println("waits before sending:", clock.Waits()[0].Round(time.Millisecond))
 	// Output:
 	// requests served: 3
-	// waits before sending: [30s]
+	// waits before sending: 30s
 }
 
 // WithMaxQueueWait bounds how long a request may wait for its turn. A

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/retrytest"
 )
 
 // WithQuotaBackend shares client-side limits between processes. Here two
@@ -24,7 +25,7 @@ func ExampleWithQuotaBackend() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer srv.Close()
 
-	clock := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := retrytest.NewClock()
 	shared := newFleetQuota()
 	replica := func() *http.Client {
 		return &http.Client{Transport: retryhttp.New(nil,

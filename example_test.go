@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/retrytest"
 )
 
 // The examples talk to loopback test servers that fail on purpose. Where the
@@ -427,50 +428,8 @@ func ExampleWithLogger() {
 	// level=WARN msg="retryhttp: giving up" method=GET url="http://server/v1/models?api_key=REDACTED" attempt=2 status=503 reason="retries exhausted"
 }
 
-// instantClock is a retryhttp.Clock for tests: every wait passes at once and
-// is recorded, and the clock's time moves on by the wait, so a retry schedule
-// of seconds is checked exactly in microseconds.
-type instantClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	waits []time.Duration
-}
-
-func (c *instantClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *instantClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.waits = append(c.waits, d)
-	c.now = c.now.Add(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.now // already fired
-	return ch, func() bool { return false }
-}
-
-// AfterFunc never calls f: on this clock no per-attempt timeout expires.
-func (c *instantClock) AfterFunc(d time.Duration, f func()) func() bool {
-	return func() bool { return true }
-}
-
-// Waits returns the waits so far, rounded to the millisecond: rate limiters
-// work in floating point, so a 100ms gap may come out a nanosecond short.
-func (c *instantClock) Waits() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	waits := make([]time.Duration, len(c.waits))
-	for i, d := range c.waits {
-		waits[i] = d.Round(time.Millisecond)
-	}
-	return waits
-}
-
-// WithClock replaces the system clock. A test clock such as instantClock
-// above checks the default schedule (1s, 2s, 4s, ...) and the server's
+// WithClock replaces the system clock. A test clock such as
+// retrytest.NewClock, on which every wait passes at once, checks the default schedule (1s, 2s, 4s, ...) and the server's
 // Retry-After without sleeping through them.
 func ExampleWithClock() {
 	var calls atomic.Int32
@@ -485,7 +444,7 @@ func ExampleWithClock() {
 	}))
 	defer srv.Close()
 
-	clock := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := retrytest.NewClock()
 	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(clock), retryhttp.WithJitter(0))}
 
 	resp, err := client.Get(srv.URL)

@@ -55,6 +55,7 @@ type counters struct {
 // sorted by Key. It is safe to call at any time, from any goroutine: poll it
 // for a dashboard or a metrics exporter.
 func (t *RetryTransport) Stats() []Stats {
+	t.ready()
 	now := t.cfg.clock.Now()
 	us := t.upstreams.all()
 	out := make([]Stats, 0, len(us))

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -13,7 +14,12 @@ import (
 // RetryTransport is an http.RoundTripper that retries transient failures of
 // the RoundTripper it wraps. It is safe for concurrent use; make one with New
 // and share it, as you would an http.Transport.
+//
+// The zero value is ready to use, as New(nil) with the defaults, set up on
+// first use: &http.Client{Transport: &retryhttp.RetryTransport{}} works. A
+// RetryTransport must not be copied after first use.
 type RetryTransport struct {
+	setup     sync.Once
 	cfg       config
 	upstreams upstreamTable
 	slots     slots
@@ -23,6 +29,13 @@ type RetryTransport struct {
 // opts. A nil base gets a pooled transport from go-cleanhttp (its own
 // connection pool, no shared global state).
 func New(base http.RoundTripper, opts ...Option) *RetryTransport {
+	t := &RetryTransport{}
+	t.setup.Do(func() { t.configure(base, opts) })
+	return t
+}
+
+// configure sets the transport up: the defaults, then opts.
+func (t *RetryTransport) configure(base http.RoundTripper, opts []Option) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o.apply != nil {
@@ -33,13 +46,19 @@ func New(base http.RoundTripper, opts ...Option) *RetryTransport {
 		base = cleanhttp.DefaultPooledTransport()
 	}
 	cfg.base = base
-	return &RetryTransport{cfg: cfg, slots: newSlots(cfg.maxConcurrency)}
+	t.cfg, t.slots = cfg, newSlots(cfg.maxConcurrency)
+}
+
+// ready sets up a zero RetryTransport with the defaults on its first use.
+func (t *RetryTransport) ready() {
+	t.setup.Do(func() { t.configure(nil, nil) })
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, if
 // it has that method (as http.Transport does). http.Client.CloseIdleConnections
 // calls it.
 func (t *RetryTransport) CloseIdleConnections() {
+	t.ready()
 	if c, ok := t.cfg.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
@@ -56,6 +75,7 @@ func (t *RetryTransport) CloseIdleConnections() {
 // end on a response, and an *Error when they end on a transport error. The
 // caller's request is never modified.
 func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.ready()
 	var c call // on the stack: the happy path allocates only the response wrapper
 	if err := t.begin(&c, req); err != nil {
 		return nil, err

@@ -255,3 +255,22 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// A test of one's own code that retries: the scripted 529, then 429 with
+// Retry-After: 1s, then 200 runs in microseconds, while the transport sees
+// its backoff and the server's wait pass on the clock.
+func ExampleNewClock() {
+	srv := retrytest.NewServer(retrytest.Config{Script: retrytest.MustParseScript("529, 429@1s, 200")})
+	defer srv.Close()
+
+	clock := retrytest.NewClock()
+	client := &http.Client{Transport: retryhttp.New(srv.Client().Transport,
+		retryhttp.WithClock(clock), retryhttp.WithJitter(0))}
+	resp, err := client.Get(srv.URL + "/v1/messages")
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, "after", retryhttp.Attempts(resp), "attempts; waits:", clock.Waits())
+	// Output: 200 after 3 attempts; waits: [1s 1s]
+}
