@@ -122,9 +122,13 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) UserMessage() string {
 	switch k := e.kind(); k {
 	case kindRateLimited:
-		return "The service is receiving too many requests right now. Please try again " + e.when() + "."
+		return "The service is receiving too many requests right now. Please try again " + e.when("in a moment") + "."
 	case kindUnavailable:
-		return "The service is temporarily unavailable. Please try again " + e.when() + "."
+		return "The service is temporarily unavailable. Please try again " + e.when("in a moment") + "."
+	case kindOverloaded:
+		return "The service is very busy at the moment. Please try again " + e.when("in a few minutes") + "."
+	case kindServer:
+		return "The service ran into a temporary problem. Please try again " + e.when("shortly") + "."
 	default:
 		return userMessages[k]
 	}
@@ -153,8 +157,6 @@ const (
 var userMessages = map[errorKind]string{
 	kindUnknown:    "Something went wrong. Please try again later.",
 	kindQuota:      "The usage limit for this account has been reached. Please check the plan or billing settings, then try again.",
-	kindOverloaded: "The service is very busy at the moment. Please try again in a few minutes.",
-	kindServer:     "The service ran into a temporary problem. Please try again shortly.",
 	kindTimeout:    "The service took too long to respond. Please try again.",
 	kindCanceled:   "The request was stopped before it finished. Please try again if you still need it.",
 	kindNetwork:    "We couldn't reach the service. Please check your connection and try again.",
@@ -251,10 +253,12 @@ func quotaExhausted(t string) bool {
 	return false
 }
 
-// when phrases how long until RetryAt for a user.
-func (e *Error) when() string {
+// when phrases how long until RetryAt for a user, on the scale people
+// use: seconds, about a minute, minutes, later; unknown is said as
+// unknown would be.
+func (e *Error) when(unknown string) string {
 	if e.RetryAt.IsZero() {
-		return "in a moment"
+		return unknown
 	}
 	now := e.decidedAt
 	if now.IsZero() {
@@ -264,8 +268,10 @@ func (e *Error) when() string {
 	switch {
 	case d < 10*time.Second:
 		return "in a few seconds"
-	case d < 90*time.Second:
+	case d < 55*time.Second:
 		return "in about " + strconv.Itoa(int((d+5*time.Second)/(10*time.Second))*10) + " seconds"
+	case d < 90*time.Second:
+		return "in about a minute"
 	case d < 90*time.Minute:
 		return "in about " + strconv.Itoa(int((d+30*time.Second)/time.Minute)) + " minutes"
 	}

@@ -2,10 +2,15 @@ package retryhttp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -75,13 +80,12 @@ func (h health) String() string {
 func (c *call) judge(a admission, resp *http.Response, err error) outcome {
 	o := outcome{resp: resp, err: err}
 	if err != nil {
-		o.health = c.errorHealth(err)
-		o.retry = !localError(c.ctx, err) && c.policy.classify(nil, err) && !c.unsafeToRetry(nil, err)
-		return o
+		return c.judgeError(o)
 	}
 	o.throttled = resp.StatusCode == http.StatusTooManyRequests
 	o.health = statusHealth(resp.StatusCode)
-	o.retry = c.policy.classify(resp, nil) && !c.unsafeToRetry(resp, nil)
+	retry, _ := c.policy.classify(resp, nil)
+	o.retry = retry && !c.unsafeToRetry(resp, nil)
 	if u := a.pass.u; u != nil && (o.throttled || hasRateLimitKey(resp.Header) || a.pass.probe || !u.free.Load()) {
 		now := c.t.cfg.clock.Now()
 		o.limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))
@@ -90,6 +94,66 @@ func (c *call) judge(a admission, resp *http.Response, err error) outcome {
 		o.readWaits(c.t.cfg.clock.Now())
 	}
 	return o
+}
+
+// judgeError judges an attempt that ended in an error.
+//
+// An error that is neither a network error nor one net/http makes (see
+// networkError) comes from a RoundTripper of the caller's (httpmock's "no
+// responder found" for a mistyped URL in a test, a middleware's own
+// refusal): it is retried once, in case it was a hiccup, and never counts
+// against the upstream, unless the classifier decides otherwise. A typo in
+// a test costs one backoff, not the whole schedule.
+func (c *call) judgeError(o outcome) outcome {
+	err := o.err
+	o.health = c.errorHealth(err)
+	if localError(c.ctx, err) {
+		return o
+	}
+	retry, byUser := c.policy.classify(nil, err)
+	o.retry = retry && !c.unsafeToRetry(nil, err)
+	if !byUser && !networkError(err) {
+		o.health = noVerdict
+		c.foreignErrors++
+		o.retry = o.retry && c.foreignErrors <= maxForeignRetries
+	}
+	return o
+}
+
+// maxForeignRetries is how often an error that is not a network error is
+// retried (see judgeError).
+const maxForeignRetries = 1
+
+// networkError reports an error of the network or of net/http's client: a
+// net.Error (refused, reset, timed out, DNS), a system call's errno, a TLS
+// failure, an attempt timeout, or one of the untyped errors net/http and
+// its HTTP/2 code return for a connection that broke ("net/http: ...",
+// "http2: ...", an unexpected EOF). A *url.Error counts by what it wraps.
+func networkError(err error) bool {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	var errno syscall.Errno
+	var record tls.RecordHeaderError
+	var alert tls.AlertError
+	var cert *tls.CertificateVerificationError
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &ne), errors.As(err, &errno), errors.As(err, &record), errors.As(err, &alert), errors.As(err, &cert):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, errAttemptTimeout), errors.Is(err, net.ErrClosed):
+		return true
+	}
+	msg := err.Error()
+	for _, prefix := range []string{"net/http: ", "http: ", "http2: ", "stream error: ", "connection error: ", "tls: ", "x509: "} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // errorHealth judges an attempt that ended in an error.

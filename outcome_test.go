@@ -3,14 +3,18 @@ package retryhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jarcoal/httpmock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -170,7 +174,7 @@ func TestStopReasonsAreSentinels(t *testing.T) {
 		want  error
 	}{
 		{"retries exhausted on a status", []step{{status: 503}}, []Option{WithMaxRetries(1)}, nil, ErrRetriesExhausted},
-		{"retries exhausted on an error", []step{{err: errors.New("connection reset by peer")}}, []Option{WithMaxRetries(1)}, nil, ErrRetriesExhausted},
+		{"retries exhausted on an error", []step{{err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}}, []Option{WithMaxRetries(1)}, nil, ErrRetriesExhausted},
 		{"server wait too long", []step{{status: 503, header: http.Header{"Retry-After": {"120"}}}}, nil, nil, ErrServerWaitTooLong},
 		{"past the deadline", []step{{status: 503, header: http.Header{"Retry-After": {"30"}}}}, []Option{WithClock(nil)}, // the deadline is on the system clock
 			func() (context.Context, context.CancelFunc) {
@@ -202,4 +206,41 @@ func TestStopReasonsAreSentinels(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestErrorsThatAreNotTheNetworksAreRetriedOnce(t *testing.T) {
+	// httpmock's answer to a URL it has no responder for (a typo in a
+	// test): not a network error, so one retry, not the whole schedule.
+	mock := httpmock.NewMockTransport()
+	clock := autoClock()
+	rt := New(mock, WithClock(clock))
+	_, err := rt.RoundTrip(get(t, "https://api.test/typo"))
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, 2, e.Attempts)
+	assert.Len(t, clock.Sleeps(), 1, "one backoff")
+	assert.Zero(t, rt.Stats()[0].Failures, "a mock's refusal is not the upstream's failure")
+
+	t.Run("network errors keep the whole schedule", func(t *testing.T) {
+		for _, netErr := range []error{
+			&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED},
+			io.ErrUnexpectedEOF,
+			errors.New("net/http: HTTP/1.x transport connection broken: unexpected EOF"),
+			fmt.Errorf("read: %w", syscall.ECONNRESET),
+		} {
+			assert.True(t, networkError(netErr), "%v", netErr)
+		}
+		mock, _ := scripted(t, step{err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}})
+		_, err := New(mock, WithClock(autoClock()), WithCircuitBreaker(CircuitBreaker{Disabled: true})).RoundTrip(get(t, "https://api.test/x"))
+		require.ErrorAs(t, err, &e)
+		assert.Equal(t, DefaultMaxRetries+1, e.Attempts)
+	})
+	t.Run("unless the classifier says retry", func(t *testing.T) {
+		mock := httpmock.NewMockTransport()
+		rt := New(mock, WithClock(autoClock()), WithMaxRetries(3),
+			WithClassifier(func(_ *http.Response, err error) Verdict { return Retry }))
+		_, err := rt.RoundTrip(get(t, "https://api.test/typo"))
+		require.ErrorAs(t, err, &e)
+		assert.Equal(t, 4, e.Attempts)
+	})
 }

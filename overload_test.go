@@ -77,7 +77,7 @@ func TestBreakerOpensOnADeadUpstreamAndFailsFastWhenACallerCannotWait(t *testing
 	assert.True(t, e.Retryable)
 	assert.Equal(t, 0, e.Attempts)
 	assert.Equal(t, clk.Now().Add(500*time.Millisecond), e.RetryAt, "when the breaker lets a probe go")
-	assert.Equal(t, "The service is temporarily unavailable. Please try again "+e.when()+".", e.UserMessage())
+	assert.Equal(t, "The service is temporarily unavailable. Please try again in a few seconds.", e.UserMessage())
 	assert.EqualValues(t, 5, up.attempts.Load())
 }
 

@@ -308,17 +308,18 @@ func retryableError(err error) bool {
 }
 
 // classify applies the user's classifier, then the built-in rules, then the
-// rules only an error body can settle (see bodyVerdict).
-func (p *policy) classify(resp *http.Response, err error) bool {
+// rules only an error body can settle (see bodyVerdict). byUser reports
+// that the classifier decided.
+func (p *policy) classify(resp *http.Response, err error) (retry, byUser bool) {
 	if p.classifier != nil {
 		switch p.classifier(resp, err) {
 		case Retry:
-			return true
+			return true, true
 		case Stop:
-			return false
+			return false, true
 		}
 	}
-	return Retryable(resp, err)
+	return Retryable(resp, err), false
 }
 
 // maxVerdictBody bounds the peek at 403 and 429 bodies.

@@ -122,6 +122,9 @@ type call struct {
 	lastStatus int // the last status seen, for errors after it
 	prevWait   time.Duration
 	retryAt    time.Time // set when retrying stops early for lack of time
+	// foreignErrors counts the attempts that ended in an error that is not
+	// a network error (see judgeError).
+	foreignErrors int
 
 	estimated           bool // inTokens and outTokens hold the estimate
 	inTokens, outTokens int
