@@ -79,8 +79,8 @@ type upstream struct {
 
 	phase      phase
 	probeStart time.Time
-	waiters    []*waiter     // requests queued behind the probe, in arrival order
-	released   chan struct{} // closed when the probe's answer is in
+	waiters    []*waiter // requests queued behind the probe, in arrival order
+	released   broadcast // fired when the probe's answer is in
 
 	pacer
 	clock   serverClock // the upstream's clock, from its Date headers
@@ -101,7 +101,7 @@ type upstream struct {
 // waiter is a request queued behind the probe.
 type waiter struct {
 	n        int // its place in the queue, from 1
-	released chan struct{}
+	released <-chan struct{}
 	gone     bool // went on its ramp, or gave up
 	turn     turn // its start, assigned when the probe's answer came in
 }
@@ -152,10 +152,9 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	switch u.phase {
 	case cold:
 		u.phase, u.probeStart = probing, now
-		u.released = make(chan struct{})
 		return turn{at: u.afterHold(now, jitter), firm: true, probe: true, reprobes: u.reprobes}, nil, pass{u: u, probe: true}
 	case probing:
-		w = &waiter{n: len(u.waiters) + 1, released: u.released}
+		w = &waiter{n: len(u.waiters) + 1, released: u.released.wait()}
 		u.waiters = append(u.waiters, w)
 		return turn{at: u.rampAt(w.n), reprobes: u.reprobes}, w, pass{u: u}
 	}
@@ -353,7 +352,7 @@ func (u *upstream) openLocked(now time.Time) {
 		}
 		w.turn = u.turnAt(u.afterHold(now, 0))
 	}
-	close(u.released)
+	u.released.fire()
 	u.waiters = nil
 }
 
