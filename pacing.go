@@ -2,7 +2,6 @@ package retryhttp
 
 import (
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -24,15 +23,8 @@ import (
 //     at once, as if this stage did not exist;
 //   - rate-limit headers: requests are paced (see pacer).
 //
-// Whatever the phase, an exhausted quota (remaining 0) or a 429 / Retry-After
-// holds every new request on the upstream until the server's time, so one
-// 429 pauses the key instead of every request finding the limit by itself.
-// Once the pacer knows a rate, a hold lasts at most one unit at that rate:
-// what the server is seen to accept beats a coarse statement.
-//
-// Bounded trust: no hold is longer than the bound (WithMaxRetryAfter). A hold
-// cut to the bound ends in a new probe: the upstream goes cold again, one
-// request goes, and its answer decides.
+// Whatever the phase, a 429 or a quota used up holds the upstream (see
+// holds), within the bound: a hold cut to it ends in a new probe.
 // Slots are assigned in arrival order, so waiting is first come, first served.
 const (
 	slowStartStep = 200 * time.Millisecond
@@ -86,10 +78,7 @@ type upstream struct {
 	clock   serverClock // the upstream's clock, from its Date headers
 	replies uint64      // attempts answered (a response or an error), of pacer.sent
 
-	heldUntil   time.Time
-	heldByQuota bool      // the hold is a reading's (a quota used up), not a 429's
-	reprobeAt   time.Time // a hold was cut to the bound: probe again then
-	reprobes    uint32    // how many times the upstream went cold again
+	hold holds // a 429's or a used-up quota's, and the new probe a cut one ends in
 
 	limits *clientLimits // nil without WithRateLimit
 
@@ -152,27 +141,26 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	switch u.phase {
 	case cold:
 		u.phase, u.probeStart = probing, now
-		return turn{at: u.afterHold(now, jitter), firm: true, probe: true, reprobes: u.reprobes}, nil, pass{u: u, probe: true}
+		return turn{at: u.afterHold(now, jitter), firm: true, probe: true, reprobes: u.hold.reprobes}, nil, pass{u: u, probe: true}
 	case probing:
 		w = &waiter{n: len(u.waiters) + 1, released: u.released.wait()}
 		u.waiters = append(u.waiters, w)
-		return turn{at: u.rampAt(w.n), reprobes: u.reprobes}, w, pass{u: u}
+		return turn{at: u.rampAt(w.n), reprobes: u.hold.reprobes}, w, pass{u: u}
 	}
 	u.grow(now)
 	t = u.turnAt(u.afterHold(now, jitter))
-	u.free.Store(u.interval == 0 && u.limits == nil && !u.heldUntil.After(now) && u.reprobeAt.IsZero())
+	u.free.Store(u.interval == 0 && u.limits == nil && u.hold.free(now))
 	return t, nil, pass{u: u}
 }
 
 // reprobeIfDue starts slow start again when a hold cut to the bound ends:
 // the next request is a probe, and its answer decides.
 func (u *upstream) reprobeIfDue(now time.Time) {
-	if u.reprobeAt.IsZero() || now.Before(u.reprobeAt) || u.phase != open {
+	if u.phase != open || !u.hold.reprobeDue(now) {
 		return
 	}
-	u.reprobeAt = time.Time{}
+	u.hold.reprobe()
 	u.phase = cold
-	u.reprobes++
 	if u.poisoned() {
 		u.forget(now) // the probe's answer teaches the pace again
 	}
@@ -201,16 +189,16 @@ func (u *upstream) claim(w *waiter) turn {
 		w.gone = true
 	}
 	t := w.turn
-	t.reprobes = u.reprobes
+	t.reprobes = u.hold.reprobes
 	return t
 }
 
 // turnAt books a turn at or after start on the pace.
 func (u *upstream) turnAt(start time.Time) turn {
 	t := u.book(start)
-	t.reprobes = u.reprobes
-	if !start.Before(u.heldUntil) {
-		t.held = u.heldUntil
+	t.reprobes = u.hold.reprobes
+	if !start.Before(u.hold.end) {
+		t.held = u.hold.end
 	}
 	return t
 }
@@ -243,7 +231,7 @@ func (t turn) firmAt() time.Time {
 func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at time.Time, quicker <-chan struct{}, again bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.reprobeIfDue(now); t.reprobes != u.reprobes {
+	if u.reprobeIfDue(now); t.reprobes != u.hold.reprobes {
 		return time.Time{}, nil, true
 	}
 	if t.paced && (u.interval <= 0 || t.clockID != u.clockID) {
@@ -264,13 +252,13 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		*t = u.turnAt(now) // paced since it was booked: take a slot
 		at = t.at
 	}
-	if u.heldUntil.After(now) && at.Before(u.heldUntil) {
+	if u.hold.held(now) && at.Before(u.hold.end) {
 		*t = u.turnAt(u.afterHold(now, jitter)) // a new turn after the hold, not a herd
 		at = t.at
 	}
 	if at.After(now) {
-		if !u.reprobeAt.IsZero() && at.After(u.reprobeAt) {
-			at = u.reprobeAt // wake for the new probe, and take a place again
+		if r := u.hold.reprobeAt; !r.IsZero() && at.After(r) {
+			at = r // wake for the new probe, and take a place again
 		}
 		return at, u.quickerFor(*t), false
 	}
@@ -300,29 +288,19 @@ func (u *upstream) unbook(t turn) {
 // afterHold delays start past a hold, spreading the held requests with
 // jitter when no pacing rate does it for them.
 func (u *upstream) afterHold(now time.Time, jitter time.Duration) time.Time {
-	if !u.heldUntil.After(now) {
-		return now
-	}
-	if u.interval > 0 || jitter <= 0 {
-		return u.heldUntil
-	}
-	return u.heldUntil.Add(time.Duration(rand.Int64N(int64(jitter))))
+	return u.hold.after(now, jitter, u.paced())
 }
 
-// holdUntil holds new requests until at, within the bound; a hold cut to
-// the bound ends in a new probe. It reports whether the hold moved later.
-func (u *upstream) holdUntil(now, at time.Time) bool {
-	if !at.After(u.heldUntil) || !at.After(now) {
+// holdUntil holds new requests until at, within the bound (see
+// holds.until); byQuota tells a reading's hold from a 429's. It reports
+// whether the hold moved later. The pacer is told where the hold ends: a
+// pace that slows before then changes at that time (see pacer.holdEnd).
+func (u *upstream) holdUntil(now, at time.Time, byQuota bool) bool {
+	if !u.hold.until(now, at, u.bound) {
 		return false
 	}
-	if u.bound > 0 && at.Sub(now) > u.bound {
-		at = now.Add(u.bound)
-		u.reprobeAt = at
-		if !at.After(u.heldUntil) {
-			return false
-		}
-	}
-	u.heldUntil, u.holdEnd = at, at
+	u.hold.byQuota = byQuota
+	u.holdEnd = u.hold.end
 	return true
 }
 
@@ -335,7 +313,7 @@ func (u *upstream) openLocked(now time.Time) {
 	}
 	u.phase = open
 	step := time.Duration(0)
-	if u.interval == 0 && !u.heldUntil.After(now) {
+	if u.interval == 0 && !u.hold.held(now) {
 		// A step and a half of the probe's round trip: a step's
 		// answers are in before the next goes.
 		step = min(max(now.Sub(u.probeStart)*3/2, rampStepMin), slowStartStep)
@@ -347,7 +325,7 @@ func (u *upstream) openLocked(now time.Time) {
 		}
 		n++
 		if step > 0 {
-			w.turn = turn{at: now.Add(step * time.Duration(math.Floor(math.Log2(float64(n))))), firm: true, reprobes: u.reprobes}
+			w.turn = turn{at: now.Add(step * time.Duration(math.Floor(math.Log2(float64(n))))), firm: true, reprobes: u.hold.reprobes}
 			continue
 		}
 		w.turn = u.turnAt(u.afterHold(now, 0))
@@ -411,8 +389,8 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
 	}
-	if hold > 0 && u.holdUntil(now, now.Add(hold)) {
-		moved, u.heldByQuota = true, false
+	if hold > 0 && u.holdUntil(now, now.Add(hold), false) {
+		moved = true
 	}
 	if limits.Known() {
 		moved = u.learnLocked(now, limits, p.sent, throttled) || moved
@@ -424,7 +402,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		u.openLocked(now)
 	}
 	if moved {
-		held = u.heldUntil
+		held = u.hold.end
 	}
 	return held, paceOff
 }
@@ -457,21 +435,17 @@ func (u *upstream) seedAccepts(now time.Time) {
 // A quota hold is lifted by a newer reading that says quota remains: the
 // server's count beats its earlier statement (a 429's hold stays).
 func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, throttled bool) bool {
-	q := l.Requests
-	if u.heldByQuota && !throttled && sent == u.sent && q.HasRemaining && q.Remaining > headroom {
+	if q := l.Requests; !throttled && sent == u.sent && q.HasRemaining && q.Remaining > headroom {
 		// (holdEnd stays: turns booked at the hold's end keep that time.)
-		u.heldUntil, u.reprobeAt, u.heldByQuota = time.Time{}, time.Time{}, false
+		u.hold.lift()
 	}
-	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l))
+	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l), true)
 	u.learn(now, l, sent)
 	if u.poisoned() {
 		// A pace of one attempt per bound is a hold of the bound in
 		// disguise: hold for the bound, then probe.
 		u.forget(now)
-		moved = u.holdUntil(now, now.Add(2*u.bound)) || moved
-	}
-	if moved {
-		u.heldByQuota = true
+		moved = u.holdUntil(now, now.Add(2*u.bound), true) || moved
 	}
 	return moved
 }

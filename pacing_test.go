@@ -563,11 +563,11 @@ func TestExhaustedReplenishingQuotaWaitsForOneUnitOnceTheRateIsProven(t *testing
 	u := &upstream{phase: open, pacer: pacer{proven: 50}}
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(anthropicHeaders(10, 0, now.Add(time.Second)), now), 0, false, true)
-	assert.Equal(t, 20*time.Millisecond, u.heldUntil.Sub(now), "one unit at 50/s, not the whole second to full")
+	assert.Equal(t, 20*time.Millisecond, u.hold.end.Sub(now), "one unit at 50/s, not the whole second to full")
 
 	u = &upstream{phase: open}
 	pass{u: u}.observe(now, ParseRateLimits(anthropicHeaders(10, 0, now.Add(time.Second)), now), 0, false, true)
-	assert.Equal(t, time.Second, u.heldUntil.Sub(now), "no proven rate: until the reset")
+	assert.Equal(t, time.Second, u.hold.end.Sub(now), "no proven rate: until the reset")
 }
 
 func TestOnlyAStatedPaceIsFirm(t *testing.T) {
@@ -649,7 +649,7 @@ func TestA429WithoutRetryAfterStillSlowsThePace(t *testing.T) {
 	require.InDelta(t, 100, u.rate, 1e-9)
 	pass{u: u}.observe(now, RateLimits{}, 0, true, true) // a 429 naming no wait
 	assert.InDelta(t, 100*rateBackoff, u.rate, 1e-9, "the learned rate was too high")
-	assert.True(t, u.heldUntil.IsZero(), "but nothing says how long to hold")
+	assert.True(t, u.hold.end.IsZero(), "but nothing says how long to hold")
 }
 
 func TestAnAbandonedProbeReleasesTheQueueBehindIt(t *testing.T) {

@@ -60,8 +60,8 @@ func poisonedPace(t *testing.T) (*upstream, time.Time, time.Duration) {
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(100, 0, "1000000h"), now), 0, false, true)
 	require.Zero(t, u.interval, "a pace at the bound is no pace: it is forgotten for a hold")
-	require.Equal(t, now.Add(bound), u.heldUntil, "the hold is cut to the bound")
-	require.Equal(t, now.Add(bound), u.reprobeAt, "and ends in a new probe")
+	require.Equal(t, now.Add(bound), u.hold.end, "the hold is cut to the bound")
+	require.Equal(t, now.Add(bound), u.hold.reprobeAt, "and ends in a new probe")
 	return u, now, bound
 }
 
@@ -76,8 +76,8 @@ func TestPoisonedPaceHandsOutNoTurnPastTheReprobe(t *testing.T) {
 	u, now, _ := poisonedPace(t)
 	for i := 0; i < 4; i++ {
 		tn, _, _ := u.schedule(now, 0)
-		assert.False(t, tn.at.After(u.reprobeAt), "request %d: turn at +%v, past the new probe at +%v",
-			i+1, tn.at.Sub(now), u.reprobeAt.Sub(now))
+		assert.False(t, tn.at.After(u.hold.reprobeAt), "request %d: turn at +%v, past the new probe at +%v",
+			i+1, tn.at.Sub(now), u.hold.reprobeAt.Sub(now))
 	}
 }
 
