@@ -206,7 +206,7 @@ func (c *call) latestStart(now time.Time) time.Time {
 func (c *call) awaitProbe(u *upstream, w *waiter) (turn, pass, error) {
 	u.stats.queued.Add(1)
 	defer u.stats.queued.Add(-1)
-	err := c.sleep(u.rampAt(w.n).Sub(c.t.cfg.clock.Now()), w.released)
+	err := c.sleep(w.at.Sub(c.t.cfg.clock.Now()), w.released)
 	t := u.claim(w)
 	if err != nil {
 		return turn{}, pass{}, err

@@ -236,7 +236,7 @@ func fuzzAdvance(c byte, bound time.Duration) time.Duration {
 func runPacerFuzz(t *testing.T, data []byte) {
 	r := &fuzzBytes{b: data}
 	bound := time.Duration(1+r.pick(8)) * 500 * time.Millisecond
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	u.bound = bound
 	now := testStart
 	var queue []*fuzzRequest
@@ -408,7 +408,7 @@ func fuzzState(u *upstream, now time.Time) string {
 		return "+" + at.Sub(now).String()
 	}
 	return fmt.Sprintf("phase %v, mode %v, interval %v, rate %g, proven %g, ceiling %g, capacity %g, tat %g slots (now %g), held until %s, reprobe at %s, sent %d, answered %d, coarse %v, firm %v",
-		u.phase, u.mode, u.interval, u.rate, u.proven, u.ceiling, u.capacity, u.tatV, slots, rel(u.hold.end), rel(u.hold.reprobeAt), u.sent, u.replies, u.coarse, u.firm)
+		u.start.phase, u.mode, u.interval, u.rate, u.proven, u.ceiling, u.capacity, u.tatV, slots, rel(u.hold.end), rel(u.hold.reprobeAt), u.sent, u.replies, u.coarse, u.firm)
 }
 
 // checkPacerState returns what is wrong with the upstream's state at now,

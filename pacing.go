@@ -1,59 +1,19 @@
 package retryhttp
 
 import (
-	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Slow start and holds: the admit stage's per-upstream state before the
-// pacer (pacer.go).
+// The admit stage's state of one upstream: slow start (slowstart.go), holds
+// (holds.go), the pacer (pacer.go), the client-side limits (limits.go), and
+// the overload stage's breaker and budget (breaker.go, budget.go). Each is a
+// component that takes the time as a parameter; upstream holds them under
+// one lock, and its methods are the glue between them.
 //
-// Each upstream starts cold. Its first request goes alone as a probe; the
-// requests that arrive while it is out wait for its answer, and are let go on
-// a doubling ramp (1, then 2, 4, 8, ... every slowStartStep) in case the answer
-// is slow. The probe's answer decides what follows:
-//
-//   - no rate-limit headers: the upstream is open; the requests queued
-//     behind the probe go on a doubling ramp, one and a half round trips
-//     of the probe apart (1, 2, 4, 8, ...), so a server that is at its limit answers
-//     the first few with a 429 before the rest are sent; later requests go
-//     at once, as if this stage did not exist;
-//   - rate-limit headers: requests are paced (see pacer).
-//
-// Whatever the phase, a 429 or a quota used up holds the upstream (see
-// holds), within the bound: a hold cut to it ends in a new probe.
 // Slots are assigned in arrival order, so waiting is first come, first served.
-const (
-	slowStartStep = 200 * time.Millisecond
-	slowStartMax  = 2 * time.Second
-	// rampStepMin is the shortest step of the ramp after a probe that
-	// brought no rate-limit headers.
-	rampStepMin = time.Millisecond
-)
-
-// phase is the slow start's state.
-type phase int
-
-const (
-	cold phase = iota
-	probing
-	open
-)
-
-func (p phase) String() string {
-	switch p {
-	case cold:
-		return "cold"
-	case probing:
-		return "probing"
-	case open:
-		return "open"
-	}
-	return "unknown"
-}
 
 // upstream is the pacing, hold and limit state of one upstream key.
 type upstream struct {
@@ -69,10 +29,7 @@ type upstream struct {
 
 	mu sync.Mutex
 
-	phase      phase
-	probeStart time.Time
-	waiters    []*waiter // requests queued behind the probe, in arrival order
-	released   broadcast // fired when the probe's answer is in
+	start slowStart // the probe, and the requests queued behind it
 
 	pacer
 	clock   serverClock // the upstream's clock, from its Date headers
@@ -85,14 +42,6 @@ type upstream struct {
 	breaker *breaker // nil when disabled
 	budget  *budget  // nil when disabled
 	stats   counters
-}
-
-// waiter is a request queued behind the probe.
-type waiter struct {
-	n        int // its place in the queue, from 1
-	released <-chan struct{}
-	gone     bool // went on its ramp, or gave up
-	turn     turn // its start, assigned when the probe's answer came in
 }
 
 // turn is when an admitted attempt may start: a paced slot on the pace
@@ -135,17 +84,16 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.reprobeIfDue(now)
-	if u.phase == probing && now.Sub(u.probeStart) > slowStartMax {
+	if u.start.overdue(now) {
 		u.openLocked(now) // the probe is taking too long to tell us anything
 	}
-	switch u.phase {
+	switch u.start.phase {
 	case cold:
-		u.phase, u.probeStart = probing, now
+		u.start.probe(now)
 		return turn{at: u.afterHold(now, jitter), firm: true, probe: true, reprobes: u.hold.reprobes}, nil, pass{u: u, probe: true}
 	case probing:
-		w = &waiter{n: len(u.waiters) + 1, released: u.released.wait()}
-		u.waiters = append(u.waiters, w)
-		return turn{at: u.rampAt(w.n), reprobes: u.hold.reprobes}, w, pass{u: u}
+		w = u.start.queue()
+		return turn{at: w.at, reprobes: u.hold.reprobes}, w, pass{u: u}
 	}
 	u.grow(now)
 	t = u.turnAt(u.afterHold(now, jitter))
@@ -156,11 +104,11 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 // reprobeIfDue starts slow start again when a hold cut to the bound ends:
 // the next request is a probe, and its answer decides.
 func (u *upstream) reprobeIfDue(now time.Time) {
-	if u.phase != open || !u.hold.reprobeDue(now) {
+	if u.start.phase != open || !u.hold.reprobeDue(now) {
 		return
 	}
 	u.hold.reprobe()
-	u.phase = cold
+	u.start.cool()
 	if u.poisoned() {
 		u.forget(now) // the probe's answer teaches the pace again
 	}
@@ -172,23 +120,12 @@ func (u *upstream) poisoned() bool {
 	return u.bound > 0 && u.interval >= u.bound
 }
 
-// rampAt is when the n-th request queued behind the probe goes if the probe
-// has not answered: 1 after one step, 2 more after two, 4 after three...
-func (u *upstream) rampAt(n int) time.Time {
-	steps := 1 + math.Floor(math.Log2(float64(n)))
-	return u.probeStart.Add(time.Duration(steps) * slowStartStep)
-}
-
-// claim settles a waiter whose ramp time came, or who gave up: it returns
-// the slot the probe's answer assigned meanwhile, or leaves the queue and
-// returns a zero time.
+// claim settles a waiter whose ramp time came, or who gave up (see
+// slowStart.claim).
 func (u *upstream) claim(w *waiter) turn {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if w.turn.at.IsZero() {
-		w.gone = true
-	}
-	t := w.turn
+	t := u.start.claim(w)
 	t.reprobes = u.hold.reprobes
 	return t
 }
@@ -308,30 +245,14 @@ func (u *upstream) holdUntil(now, at time.Time, byQuota bool) bool {
 // order: paced slots, or, on an upstream that is neither paced nor held, a
 // doubling ramp one probe round trip apart.
 func (u *upstream) openLocked(now time.Time) {
-	if u.phase != probing {
-		return
-	}
-	u.phase = open
-	step := time.Duration(0)
-	if u.interval == 0 && !u.hold.held(now) {
-		// A step and a half of the probe's round trip: a step's
-		// answers are in before the next goes.
-		step = min(max(now.Sub(u.probeStart)*3/2, rampStepMin), slowStartStep)
-	}
-	n := 0
-	for _, w := range u.waiters {
-		if w.gone {
-			continue
+	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
+	step := u.start.rampStep(now)
+	u.start.open(func(n int) turn {
+		if ramp {
+			return turn{at: rampFrom(now, step, n), firm: true, reprobes: u.hold.reprobes}
 		}
-		n++
-		if step > 0 {
-			w.turn = turn{at: now.Add(step * time.Duration(math.Floor(math.Log2(float64(n))))), firm: true, reprobes: u.hold.reprobes}
-			continue
-		}
-		w.turn = u.turnAt(u.afterHold(now, 0))
-	}
-	u.released.fire()
-	u.waiters = nil
+		return u.turnAt(u.afterHold(now, 0))
+	})
 }
 
 // abandon ends slow start when the probe will not be sent after all (its
@@ -398,7 +319,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if u.limits != nil && limits.Known() {
 		u.limits.correct(now, limits)
 	}
-	if p.probe || (u.phase == probing && gotResponse) {
+	if p.probe || (u.start.phase == probing && gotResponse) {
 		u.openLocked(now)
 	}
 	if moved {

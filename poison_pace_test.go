@@ -55,7 +55,7 @@ func TestPoisonedPaceServesAgainWithinTheBound(t *testing.T) {
 func poisonedPace(t *testing.T) (*upstream, time.Time, time.Duration) {
 	t.Helper()
 	const bound = 2 * time.Second
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	u.bound = bound
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(100, 0, "1000000h"), now), 0, false, true)
@@ -110,7 +110,7 @@ func TestPoisonedPaceLetsTheProbeGoAtTheBound(t *testing.T) {
 // queue wait and fails; nothing is ever sent, so no reading corrects it.
 func TestPoisonedShortfallIsBounded(t *testing.T) {
 	const bound = 2 * time.Second
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	u.bound = bound
 	now := testStart
 	_, _, p := u.schedule(now, 0)
@@ -144,7 +144,7 @@ func TestPoisonedShortfallIsBounded(t *testing.T) {
 // of 2s: the next turn is 33 minutes away.
 func TestPoisonedPaceShrinkingCapacityLeavesNoDebt(t *testing.T) {
 	const bound = 2 * time.Second
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	u.bound = bound
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(1000, 1, "24h"), now), 0, false, true)
