@@ -226,21 +226,6 @@ func (c *call) tokens() (int, int) {
 	return c.inTokens, c.outTokens
 }
 
-// newUpstream makes the state of an upstream seen for the first time.
-func (t *RetryTransport) newUpstream() *upstream {
-	u := &upstream{
-		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst, t.cfg.quota.localShare()),
-		budget: newBudget(t.cfg.retryBudget),
-		born:   t.cfg.clock.Now(),
-	}
-	u.bound = t.cfg.policy.maxRetryAfter
-	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
-	now := t.cfg.clock.Now()
-	u.breaker.start(now)
-	u.budget.start(now)
-	return u
-}
-
 // observe reports what an attempt's outcome says about the upstream: to its
 // breaker, and its rate-limit headers and any 429 to its pacing and holds.
 // A free upstream and a response with neither cost nothing more.

@@ -7,41 +7,48 @@ import (
 	"time"
 )
 
-// The admit stage's state of one upstream: slow start (slowstart.go), holds
-// (holds.go), the pacer (pacer.go), the client-side limits (limits.go), and
-// the overload stage's breaker and budget (breaker.go, budget.go). Each is a
-// component that takes the time as a parameter; upstream holds them under
-// one lock, and its methods are the glue between them.
+// upstream is the state of one upstream key: a short struct of components,
+// each with its own type and file, taking the time as a parameter and tested
+// alone. Its methods are the glue where a decision needs several of them:
+// when an attempt may start (schedule, recheck) and what an outcome teaches
+// (observe).
 //
 // Slots are assigned in arrival order, so waiting is first come, first served.
-
-// upstream is the pacing, hold and limit state of one upstream key.
 type upstream struct {
-	// free is set while the upstream needs nothing of this stage: open, not
-	// paced, not held, no client-side limits. Requests then pass without
-	// the lock or the clock.
-	free atomic.Bool
-	key  upstreamKey
-	// loggedObserved is set once the observed pace has been logged.
-	loggedObserved atomic.Bool
-	touched        atomic.Uint64 // see upstreamTable
-	born           time.Time
+	// free is set while the upstream needs nothing of the admit stage:
+	// open, not paced, not held, no client-side limits. Requests then pass
+	// without the lock or the clock.
+	free           atomic.Bool
+	key            upstreamKey   // which upstream
+	loggedObserved atomic.Bool   // the observed pace has been logged
+	touched        atomic.Uint64 // when last used (see upstreamTable)
+	born           time.Time     // when first seen
 
-	mu sync.Mutex
+	mu      sync.Mutex    // guards start, hold, pacer, clock and replies
+	start   slowStart     // the probe, and the requests queued behind it (slowstart.go)
+	hold    holds         // a 429's or a used-up quota's, within the bound (holds.go)
+	pacer                 // spaces attempts at the rate the upstream allows (pacer.go)
+	clock   serverClock   // the upstream's clock, from its Date headers (serverclock.go)
+	replies uint64        // attempts answered (a response or an error), of pacer.sent
+	limits  *clientLimits // the client-side limits (own locks); nil without WithRateLimit
+	breaker *breaker      // the circuit breaker (own lock); nil when disabled
+	budget  *budget       // the retry budget (own lock); nil when disabled
+	stats   counters      // running totals for Stats, atomic
+}
 
-	start slowStart // the probe, and the requests queued behind it
-
-	pacer
-	clock   serverClock // the upstream's clock, from its Date headers
-	replies uint64      // attempts answered (a response or an error), of pacer.sent
-
-	hold holds // a 429's or a used-up quota's, and the new probe a cut one ends in
-
-	limits *clientLimits // nil without WithRateLimit
-
-	breaker *breaker // nil when disabled
-	budget  *budget  // nil when disabled
-	stats   counters
+// newUpstream makes the state of an upstream seen for the first time.
+func (t *RetryTransport) newUpstream() *upstream {
+	u := &upstream{
+		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst, t.cfg.quota.localShare()),
+		budget: newBudget(t.cfg.retryBudget),
+		born:   t.cfg.clock.Now(),
+	}
+	u.bound = t.cfg.policy.maxRetryAfter
+	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
+	now := t.cfg.clock.Now()
+	u.breaker.start(now)
+	u.budget.start(now)
+	return u
 }
 
 // turn is when an admitted attempt may start: a paced slot on the pace
