@@ -248,9 +248,10 @@ func (u *upstream) holdUntil(now, at time.Time, byQuota bool) bool {
 	return true
 }
 
-// openLocked ends slow start: queued requests get their turns in arrival
-// order: paced slots, or, on an upstream that is neither paced nor held, a
-// doubling ramp one probe round trip apart.
+// openLocked ends slow start, if a probe is out: queued requests get their
+// turns in arrival order: paced slots, or, on an upstream that is neither
+// paced nor held, a doubling ramp a step and a half of the probe's round
+// trip apart (see slowStart.rampStep).
 func (u *upstream) openLocked(now time.Time) {
 	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
 	step := u.start.rampStep(now)
