@@ -156,28 +156,12 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time) error {
 			wake = latest
 		}
 		u.stats.queued.Add(1)
-		err := c.waitOr(wake.Sub(now), quicker)
+		err := c.sleep(wake.Sub(now), quicker)
 		u.stats.queued.Add(-1)
 		if err != nil {
 			return err
 		}
 	}
-}
-
-// waitOr is wait that also ends, without error, when wake is closed.
-func (c *call) waitOr(d time.Duration, wake <-chan struct{}) error {
-	if wake == nil {
-		return c.wait(d)
-	}
-	ch, stop := c.t.cfg.clock.NewTimer(d)
-	defer stop()
-	select {
-	case <-ch:
-	case <-wake:
-	case <-c.ctx.Done():
-		return c.ctx.Err()
-	}
-	return nil
 }
 
 func later(a, b time.Time) time.Time {
@@ -220,18 +204,13 @@ func (c *call) latestStart(now time.Time) time.Time {
 // awaitProbe waits for the upstream's probe to answer, or for the waiter's
 // ramp time, whichever comes first, and returns when to start.
 func (c *call) awaitProbe(u *upstream, w *waiter) (turn, pass, error) {
-	ch, stop := c.t.cfg.clock.NewTimer(u.rampAt(w.n).Sub(c.t.cfg.clock.Now()))
-	defer stop()
 	u.stats.queued.Add(1)
 	defer u.stats.queued.Add(-1)
-	select {
-	case <-w.released:
-	case <-ch:
-	case <-c.ctx.Done():
-		u.claim(w)
-		return turn{}, pass{}, c.ctx.Err()
-	}
+	err := c.sleep(w.at.Sub(c.t.cfg.clock.Now()), w.released)
 	t := u.claim(w)
+	if err != nil {
+		return turn{}, pass{}, err
+	}
 	if t.at.IsZero() {
 		t.at = c.t.cfg.clock.Now()
 	}
@@ -245,21 +224,6 @@ func (c *call) tokens() (int, int) {
 		c.estimated = true
 	}
 	return c.inTokens, c.outTokens
-}
-
-// newUpstream makes the state of an upstream seen for the first time.
-func (t *RetryTransport) newUpstream() *upstream {
-	u := &upstream{
-		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst, t.cfg.quota.localShare()),
-		budget: newBudget(t.cfg.retryBudget),
-		born:   t.cfg.clock.Now(),
-	}
-	u.bound = t.cfg.policy.maxRetryAfter
-	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
-	now := t.cfg.clock.Now()
-	u.breaker.start(now)
-	u.budget.start(now)
-	return u
 }
 
 // observe reports what an attempt's outcome says about the upstream: to its

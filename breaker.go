@@ -210,8 +210,8 @@ type breaker struct {
 	oks      atomic.Int64
 	foldedAt time.Time
 
-	closedAt time.Time     // when it last closed after being open, for releaseAt
-	changed  chan struct{} // closed at the next change; nil until someone waits
+	closedAt time.Time // when it last closed after being open, for releaseAt
+	changed  broadcast // fired at a change of state or a freed probe slot
 
 	pending   []transition // changes not yet told to onChange
 	reporting bool         // a goroutine is telling onChange
@@ -249,13 +249,13 @@ func (b *breaker) allow(now time.Time) (ok bool, probe uint64, retryAt time.Time
 		return true, 0, time.Time{}, nil
 	case BreakerOpen:
 		if now.Before(b.openUntil) {
-			return false, 0, b.openUntil, b.changedLocked()
+			return false, 0, b.openUntil, b.changed.wait()
 		}
 		b.halfOpenLocked()
 	}
 	lostAt := b.lastProbe.Add(b.cfg.MaxOpenFor)
 	if len(b.live) >= b.cfg.Probes && now.Before(lostAt) {
-		return false, 0, lostAt, b.changedLocked()
+		return false, 0, lostAt, b.changed.wait()
 	}
 	if len(b.live) >= b.cfg.Probes {
 		// The probes out have gone unanswered for MaxOpenFor: they no
@@ -323,7 +323,7 @@ func (b *breaker) success(now time.Time, probe uint64) {
 		if b.probeOK >= b.cfg.Probes {
 			b.closeLocked(now)
 		} else if freed {
-			b.notifyLocked() // a waiter may take the slot
+			b.changed.fire() // a waiter may take the slot
 		}
 	case b.st == BreakerClosed:
 		b.run = 0
@@ -369,7 +369,7 @@ func (b *breaker) abandon(probe uint64) {
 	b.mu.Lock()
 	defer b.unlock()
 	if b.release(probe) && b.st == BreakerHalfOpen {
-		b.notifyLocked()
+		b.changed.fire()
 	}
 }
 
@@ -448,25 +448,9 @@ func (b *breaker) setLocked(to BreakerState) {
 	from := b.st
 	b.st = to
 	b.closed.Store(to == BreakerClosed)
-	b.notifyLocked()
+	b.changed.fire()
 	if b.onChange != nil && from != to {
 		b.pending = append(b.pending, transition{from, to})
-	}
-}
-
-// changedLocked returns the channel closed at the next change.
-func (b *breaker) changedLocked() chan struct{} {
-	if b.changed == nil {
-		b.changed = make(chan struct{})
-	}
-	return b.changed
-}
-
-// notifyLocked wakes everyone waiting on changed.
-func (b *breaker) notifyLocked() {
-	if b.changed != nil {
-		close(b.changed)
-		b.changed = nil
 	}
 }
 

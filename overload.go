@@ -40,7 +40,7 @@ func (c *call) awaitBreaker(u *upstream) (uint64, error) {
 		ok, probe, retryAt, changed := b.allow(now)
 		if ok {
 			if waited && probe == 0 {
-				if err := c.wait(b.releaseAt(now, rand.Float64()).Sub(now)); err != nil {
+				if err := c.sleep(b.releaseAt(now, rand.Float64()).Sub(now), nil); err != nil {
 					return 0, err
 				}
 			}
@@ -53,7 +53,7 @@ func (c *call) awaitBreaker(u *upstream) (uint64, error) {
 		}
 		waited = true
 		u.stats.queued.Add(1)
-		err := c.waitOr(retryAt.Sub(now), changed)
+		err := c.sleep(retryAt.Sub(now), changed)
 		u.stats.queued.Add(-1)
 		if err != nil {
 			return 0, err

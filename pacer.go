@@ -51,8 +51,8 @@ type pacer struct {
 	anchorAt time.Time
 	anchorV  float64
 	tatV     float64       // the theoretical arrival time, in slots
-	quicker  chan struct{} // closed when the pace quickens; nil until asked for
-	quickOf  time.Duration // the interval quicker was made at
+	quicker  broadcast     // fired when the pace quickens
+	quickOf  time.Duration // the interval when the first of quicker's waiters came
 	// holdEnd is when the upstream's last hold ends (or was to end, if a
 	// reading lifted it). A pace that slows before then changes at that
 	// time, not now: a turn booked at the end of the hold waited for a
@@ -203,10 +203,10 @@ func (p *pacer) quickerFor(t turn) <-chan struct{} {
 	if !t.paced {
 		return nil
 	}
-	if p.quicker == nil {
-		p.quicker, p.quickOf = make(chan struct{}), p.interval
+	if !p.quicker.waiting() {
+		p.quickOf = p.interval
 	}
-	return p.quicker
+	return p.quicker.wait()
 }
 
 // setPace sets the pace to one slot per interval from now on (0: off),
@@ -234,9 +234,8 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 		p.clockID++ // a new pace clock: slots booked on an old one mean nothing on it
 	}
 	p.anchorAt, p.interval = at, interval
-	if p.quicker != nil && (interval <= 0 || interval*10 <= p.quickOf*9) {
-		close(p.quicker)
-		p.quicker = nil
+	if interval <= 0 || interval*10 <= p.quickOf*9 {
+		p.quicker.fire()
 	}
 }
 
@@ -347,9 +346,7 @@ func (p *pacer) lostAfter(sent uint64) int {
 func (p *pacer) forget(now time.Time) {
 	keep := pacer{sent: p.sent, rejected: p.rejected, accepts: p.accepts, bound: p.bound, clockID: p.clockID,
 		lostSends: p.lostSends, lostNext: p.lostNext, holdEnd: p.holdEnd}
-	if p.quicker != nil {
-		close(p.quicker)
-	}
+	p.quicker.fire()
 	*p = keep
 }
 

@@ -236,7 +236,7 @@ func fuzzAdvance(c byte, bound time.Duration) time.Duration {
 func runPacerFuzz(t *testing.T, data []byte) {
 	r := &fuzzBytes{b: data}
 	bound := time.Duration(1+r.pick(8)) * 500 * time.Millisecond
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	u.bound = bound
 	now := testStart
 	var queue []*fuzzRequest
@@ -408,7 +408,7 @@ func fuzzState(u *upstream, now time.Time) string {
 		return "+" + at.Sub(now).String()
 	}
 	return fmt.Sprintf("phase %v, mode %v, interval %v, rate %g, proven %g, ceiling %g, capacity %g, tat %g slots (now %g), held until %s, reprobe at %s, sent %d, answered %d, coarse %v, firm %v",
-		u.phase, u.mode, u.interval, u.rate, u.proven, u.ceiling, u.capacity, u.tatV, slots, rel(u.heldUntil), rel(u.reprobeAt), u.sent, u.replies, u.coarse, u.firm)
+		u.start.phase, u.mode, u.interval, u.rate, u.proven, u.ceiling, u.capacity, u.tatV, slots, rel(u.hold.end), rel(u.hold.reprobeAt), u.sent, u.replies, u.coarse, u.firm)
 }
 
 // checkPacerState returns what is wrong with the upstream's state at now,
@@ -430,10 +430,10 @@ func checkPacerState(u *upstream, now time.Time) string {
 	if u.bound > 0 && u.interval > u.bound {
 		return fmt.Sprintf("interval %v beyond the bound %v", u.interval, u.bound)
 	}
-	if d := u.heldUntil.Sub(now); u.bound > 0 && d > u.bound {
+	if d := u.hold.end.Sub(now); u.bound > 0 && d > u.bound {
 		return fmt.Sprintf("held for %v, beyond the bound %v", d, u.bound)
 	}
-	if d := u.reprobeAt.Sub(now); u.bound > 0 && !u.reprobeAt.IsZero() && d > u.bound {
+	if d := u.hold.reprobeAt.Sub(now); u.bound > 0 && !u.hold.reprobeAt.IsZero() && d > u.bound {
 		return fmt.Sprintf("reprobe in %v, beyond the bound %v", d, u.bound)
 	}
 	return ""
@@ -453,8 +453,8 @@ func soonestTurn(u *upstream, queue []*fuzzRequest, now time.Time) time.Time {
 		} else if q.t.paced && u.interval > 0 {
 			at = u.timeOf(q.t.v)
 		}
-		if u.heldUntil.After(at) {
-			at = u.heldUntil
+		if u.hold.end.After(at) {
+			at = u.hold.end
 		}
 		if soon.IsZero() || at.Before(soon) {
 			soon = at

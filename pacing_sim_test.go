@@ -114,7 +114,7 @@ func simulateGoodput(t *testing.T, family string) (time.Duration, int) {
 				select {
 				case <-c.w.released:
 				default:
-					if now.Before(u.rampAt(c.w.n)) {
+					if now.Before(c.w.at) {
 						continue
 					}
 				}

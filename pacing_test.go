@@ -30,7 +30,7 @@ func openAIHeaders(limit, remaining int, reset string) http.Header {
 }
 
 func TestGCRAPacesAtTheLearnedRate(t *testing.T) {
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	now := testStart
 	// 10-slot bucket, 9 left, full again in 10ms: it refills at 100/s.
 	limits := ParseRateLimits(openAIHeaders(10, 9, "10ms"), now)
@@ -56,7 +56,7 @@ func TestGCRAPacesAtTheLearnedRate(t *testing.T) {
 }
 
 func TestServerRemainingTightensThePace(t *testing.T) {
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(10, 9, "10ms"), now), 0, false, true)
 	for i := 0; i < 3; i++ {
@@ -71,7 +71,7 @@ func TestServerRemainingTightensThePace(t *testing.T) {
 }
 
 func TestExhaustedQuotaHoldsTheKeyUntilReset(t *testing.T) {
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	now := testStart
 	h := http.Header{
 		"X-Ratelimit-Limit":     {"5000"},
@@ -84,7 +84,7 @@ func TestExhaustedQuotaHoldsTheKeyUntilReset(t *testing.T) {
 }
 
 func TestA429PausesTheWholeKeyThenSpreads(t *testing.T) {
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	now := testStart
 	pass{u: u}.observe(now, RateLimits{Requests: Quota{Remaining: 0, HasRemaining: true, Reset: now.Add(3 * time.Second)}}, 3*time.Second, true, true)
 	seen := map[time.Duration]bool{}
@@ -104,7 +104,7 @@ func TestA429PausesTheWholeKeyThenSpreads(t *testing.T) {
 // Retry-After, then paces it at the rate the server was seen to accept,
 // which doubles while requests wait and no 429 comes.
 func TestA429WithoutHeadersPacesAtTheAcceptedRate(t *testing.T) {
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	now := testStart
 	for i := 0; i < 10; i++ { // ten successes over the last second
 		pass{u: u, sent: 1}.observe(now.Add(time.Duration(i)*100*time.Millisecond+50*time.Millisecond), RateLimits{}, 0, false, true)
@@ -439,7 +439,7 @@ func TestAHoldPausesRequestsAlreadyWaitingForTheirSlot(t *testing.T) {
 }
 
 func TestBookedTurnsMoveWithThePace(t *testing.T) {
-	u := &upstream{phase: open, pacer: pacer{capacity: 1}}
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
 	now := testStart
 	u.setPace(now, 100*time.Millisecond)
 	var turns []turn
@@ -468,7 +468,7 @@ func TestBookedTurnsMoveWithThePace(t *testing.T) {
 }
 
 func TestASlowerPaceDoesNotWakeWaiters(t *testing.T) {
-	u := &upstream{phase: open, pacer: pacer{capacity: 1}}
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
 	now := testStart
 	u.setPace(now, 10*time.Millisecond)
 	u.schedule(now, 0)
@@ -496,7 +496,7 @@ func anthropicHeaders(limit, remaining int, reset time.Time) http.Header {
 }
 
 func TestCoarseBucketRateIsMeasuredFromItsDrain(t *testing.T) {
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	now := testStart
 	reset := now.Add(time.Second)
 	send := func(n int) {
@@ -523,7 +523,7 @@ func TestCoarseBucketRateIsMeasuredFromItsDrain(t *testing.T) {
 }
 
 func TestCoarseBucketProbesUpWhileItStaysFull(t *testing.T) {
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	now := testStart
 	reset := now.Add(time.Second)
 	_, _, p := u.schedule(now, 0)
@@ -543,7 +543,7 @@ func TestCoarseBucketProbesUpWhileItStaysFull(t *testing.T) {
 }
 
 func TestShortfallHoldsWhatTheBucketLacks(t *testing.T) {
-	u := &upstream{phase: open, pacer: pacer{coarse: true, limit: 10, proven: 100}}
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{coarse: true, limit: 10, proven: 100}}
 	now := testStart
 	u.latest = reading{at: now, remaining: 3, sent: 5}
 	u.sent = 5
@@ -560,19 +560,19 @@ func TestShortfallHoldsWhatTheBucketLacks(t *testing.T) {
 }
 
 func TestExhaustedReplenishingQuotaWaitsForOneUnitOnceTheRateIsProven(t *testing.T) {
-	u := &upstream{phase: open, pacer: pacer{proven: 50}}
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{proven: 50}}
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(anthropicHeaders(10, 0, now.Add(time.Second)), now), 0, false, true)
-	assert.Equal(t, 20*time.Millisecond, u.heldUntil.Sub(now), "one unit at 50/s, not the whole second to full")
+	assert.Equal(t, 20*time.Millisecond, u.hold.end.Sub(now), "one unit at 50/s, not the whole second to full")
 
-	u = &upstream{phase: open}
+	u = &upstream{start: slowStart{phase: open}}
 	pass{u: u}.observe(now, ParseRateLimits(anthropicHeaders(10, 0, now.Add(time.Second)), now), 0, false, true)
-	assert.Equal(t, time.Second, u.heldUntil.Sub(now), "no proven rate: until the reset")
+	assert.Equal(t, time.Second, u.hold.end.Sub(now), "no proven rate: until the reset")
 }
 
 func TestOnlyAStatedPaceIsFirm(t *testing.T) {
 	now := testStart
-	coarse := &upstream{phase: open}
+	coarse := &upstream{start: slowStart{phase: open}}
 	pass{u: coarse}.observe(now, ParseRateLimits(anthropicHeaders(10, 9, now.Add(time.Second)), now), 0, false, true)
 	for i := 0; i < 20; i++ {
 		coarse.schedule(now, 0)
@@ -582,7 +582,7 @@ func TestOnlyAStatedPaceIsFirm(t *testing.T) {
 	assert.False(t, tn.firm, "a coarse bucket's first guess only projects a turn")
 	assert.True(t, tn.firmAt().IsZero())
 
-	stated := &upstream{phase: open}
+	stated := &upstream{start: slowStart{phase: open}}
 	pass{u: stated}.observe(now, ParseRateLimits(openAIHeaders(10, 9, "10ms"), now), 0, false, true)
 	for i := 0; i < 20; i++ {
 		stated.schedule(now, 0)
@@ -600,7 +600,7 @@ func waitForProjectedTurn(t *testing.T) (*fakeclock.Clock, *upstream, chan error
 	t.Helper()
 	clk := fakeclock.New(time.Now()) // the deadline's context runs on the real clock
 	rt := New(sequence(step{status: 200}), WithClock(clk), WithMaxQueueWait(5*time.Second))
-	u := &upstream{phase: open, pacer: pacer{capacity: 1}}
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
 	u.setPace(clk.Now(), time.Second)
 	for i := 0; i < 30; i++ {
 		u.schedule(clk.Now(), 0)
@@ -643,13 +643,13 @@ func TestAProjectedTurnStillPastTheQueueLimitFailsAtTheLimit(t *testing.T) {
 }
 
 func TestA429WithoutRetryAfterStillSlowsThePace(t *testing.T) {
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(10, 9, "10ms"), now), 0, false, true)
 	require.InDelta(t, 100, u.rate, 1e-9)
 	pass{u: u}.observe(now, RateLimits{}, 0, true, true) // a 429 naming no wait
 	assert.InDelta(t, 100*rateBackoff, u.rate, 1e-9, "the learned rate was too high")
-	assert.True(t, u.heldUntil.IsZero(), "but nothing says how long to hold")
+	assert.True(t, u.hold.end.IsZero(), "but nothing says how long to hold")
 }
 
 func TestAnAbandonedProbeReleasesTheQueueBehindIt(t *testing.T) {

@@ -55,13 +55,13 @@ func TestPoisonedPaceServesAgainWithinTheBound(t *testing.T) {
 func poisonedPace(t *testing.T) (*upstream, time.Time, time.Duration) {
 	t.Helper()
 	const bound = 2 * time.Second
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	u.bound = bound
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(100, 0, "1000000h"), now), 0, false, true)
 	require.Zero(t, u.interval, "a pace at the bound is no pace: it is forgotten for a hold")
-	require.Equal(t, now.Add(bound), u.heldUntil, "the hold is cut to the bound")
-	require.Equal(t, now.Add(bound), u.reprobeAt, "and ends in a new probe")
+	require.Equal(t, now.Add(bound), u.hold.end, "the hold is cut to the bound")
+	require.Equal(t, now.Add(bound), u.hold.reprobeAt, "and ends in a new probe")
 	return u, now, bound
 }
 
@@ -76,8 +76,8 @@ func TestPoisonedPaceHandsOutNoTurnPastTheReprobe(t *testing.T) {
 	u, now, _ := poisonedPace(t)
 	for i := 0; i < 4; i++ {
 		tn, _, _ := u.schedule(now, 0)
-		assert.False(t, tn.at.After(u.reprobeAt), "request %d: turn at +%v, past the new probe at +%v",
-			i+1, tn.at.Sub(now), u.reprobeAt.Sub(now))
+		assert.False(t, tn.at.After(u.hold.reprobeAt), "request %d: turn at +%v, past the new probe at +%v",
+			i+1, tn.at.Sub(now), u.hold.reprobeAt.Sub(now))
 	}
 }
 
@@ -110,7 +110,7 @@ func TestPoisonedPaceLetsTheProbeGoAtTheBound(t *testing.T) {
 // queue wait and fails; nothing is ever sent, so no reading corrects it.
 func TestPoisonedShortfallIsBounded(t *testing.T) {
 	const bound = 2 * time.Second
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	u.bound = bound
 	now := testStart
 	_, _, p := u.schedule(now, 0)
@@ -144,7 +144,7 @@ func TestPoisonedShortfallIsBounded(t *testing.T) {
 // of 2s: the next turn is 33 minutes away.
 func TestPoisonedPaceShrinkingCapacityLeavesNoDebt(t *testing.T) {
 	const bound = 2 * time.Second
-	u := &upstream{phase: open}
+	u := &upstream{start: slowStart{phase: open}}
 	u.bound = bound
 	now := testStart
 	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(1000, 1, "24h"), now), 0, false, true)

@@ -82,8 +82,8 @@ func (u *upstream) snapshot(now time.Time) Stats {
 	if u.interval > 0 {
 		s.Rate = float64(time.Second) / float64(u.interval)
 	}
-	if u.heldUntil.After(now) {
-		s.HeldUntil = u.heldUntil
+	if u.hold.held(now) {
+		s.HeldUntil = u.hold.end
 	}
 	s.Pacing = u.pacer.String()
 	u.mu.Unlock()

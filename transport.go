@@ -101,7 +101,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		c.logRetry(o.resp, o.err, wait)
 		discard(o.resp)
-		if err := c.wait(wait); err != nil {
+		if err := c.sleep(wait, nil); err != nil {
 			return c.canceled(nil, err)
 		}
 	}

@@ -50,20 +50,24 @@ func exhaustedUntil(l RateLimits) time.Time {
 	return until
 }
 
-// wait sleeps for d on the transport's clock, or until the request context
-// ends, whichever is first.
-func (c *call) wait(d time.Duration) error {
-	if d <= 0 {
+// sleep waits on the transport's clock for d, or until wake is closed, or
+// until the request's context ends, whichever is first: the one wait of the
+// transport (between attempts, for a turn, behind a probe, for a breaker).
+// Only the context's end is an error. A nil wake never closes; with none,
+// a d of zero or less does not wait.
+func (c *call) sleep(d time.Duration, wake <-chan struct{}) error {
+	if d <= 0 && wake == nil {
 		return c.ctx.Err()
 	}
 	ch, stop := c.t.cfg.clock.NewTimer(d)
+	defer stop()
 	select {
 	case <-ch:
-		return nil
+	case <-wake:
 	case <-c.ctx.Done():
-		stop()
 		return c.ctx.Err()
 	}
+	return nil
 }
 
 // attemptTimer bounds one attempt until its response headers arrive.

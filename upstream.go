@@ -1,109 +1,54 @@
 package retryhttp
 
 import (
-	"math"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Slow start and holds: the admit stage's per-upstream state before the
-// pacer (pacer.go).
+// upstream is the state of one upstream key: a short struct of components,
+// each with its own type and file, taking the time as a parameter and tested
+// alone. Its methods are the glue where a decision needs several of them:
+// when an attempt may start (schedule, recheck) and what an outcome teaches
+// (observe).
 //
-// Each upstream starts cold. Its first request goes alone as a probe; the
-// requests that arrive while it is out wait for its answer, and are let go on
-// a doubling ramp (1, then 2, 4, 8, ... every slowStartStep) in case the answer
-// is slow. The probe's answer decides what follows:
-//
-//   - no rate-limit headers: the upstream is open; the requests queued
-//     behind the probe go on a doubling ramp, one and a half round trips
-//     of the probe apart (1, 2, 4, 8, ...), so a server that is at its limit answers
-//     the first few with a 429 before the rest are sent; later requests go
-//     at once, as if this stage did not exist;
-//   - rate-limit headers: requests are paced (see pacer).
-//
-// Whatever the phase, an exhausted quota (remaining 0) or a 429 / Retry-After
-// holds every new request on the upstream until the server's time, so one
-// 429 pauses the key instead of every request finding the limit by itself.
-// Once the pacer knows a rate, a hold lasts at most one unit at that rate:
-// what the server is seen to accept beats a coarse statement.
-//
-// Bounded trust: no hold is longer than the bound (WithMaxRetryAfter). A hold
-// cut to the bound ends in a new probe: the upstream goes cold again, one
-// request goes, and its answer decides.
 // Slots are assigned in arrival order, so waiting is first come, first served.
-const (
-	slowStartStep = 200 * time.Millisecond
-	slowStartMax  = 2 * time.Second
-	// rampStepMin is the shortest step of the ramp after a probe that
-	// brought no rate-limit headers.
-	rampStepMin = time.Millisecond
-)
-
-// phase is the slow start's state.
-type phase int
-
-const (
-	cold phase = iota
-	probing
-	open
-)
-
-func (p phase) String() string {
-	switch p {
-	case cold:
-		return "cold"
-	case probing:
-		return "probing"
-	case open:
-		return "open"
-	}
-	return "unknown"
-}
-
-// upstream is the pacing, hold and limit state of one upstream key.
 type upstream struct {
-	// free is set while the upstream needs nothing of this stage: open, not
-	// paced, not held, no client-side limits. Requests then pass without
-	// the lock or the clock.
-	free atomic.Bool
-	key  upstreamKey
-	// loggedObserved is set once the observed pace has been logged.
-	loggedObserved atomic.Bool
-	touched        atomic.Uint64 // see upstreamTable
-	born           time.Time
+	// free is set while the upstream needs nothing of the admit stage:
+	// open, not paced, not held, no client-side limits. Requests then pass
+	// without the lock or the clock.
+	free           atomic.Bool
+	key            upstreamKey   // which upstream
+	loggedObserved atomic.Bool   // the observed pace has been logged
+	touched        atomic.Uint64 // when last used (see upstreamTable)
+	born           time.Time     // when first seen
 
-	mu sync.Mutex
-
-	phase      phase
-	probeStart time.Time
-	waiters    []*waiter     // requests queued behind the probe, in arrival order
-	released   chan struct{} // closed when the probe's answer is in
-
-	pacer
-	clock   serverClock // the upstream's clock, from its Date headers
-	replies uint64      // attempts answered (a response or an error), of pacer.sent
-
-	heldUntil   time.Time
-	heldByQuota bool      // the hold is a reading's (a quota used up), not a 429's
-	reprobeAt   time.Time // a hold was cut to the bound: probe again then
-	reprobes    uint32    // how many times the upstream went cold again
-
-	limits *clientLimits // nil without WithRateLimit
-
-	breaker *breaker // nil when disabled
-	budget  *budget  // nil when disabled
-	stats   counters
+	mu      sync.Mutex    // guards start, hold, pacer, clock and replies
+	start   slowStart     // the probe, and the requests queued behind it (slowstart.go)
+	hold    holds         // a 429's or a used-up quota's, within the bound (holds.go)
+	pacer                 // spaces attempts at the rate the upstream allows (pacer.go)
+	clock   serverClock   // the upstream's clock, from its Date headers (serverclock.go)
+	replies uint64        // attempts answered (a response or an error), of pacer.sent
+	limits  *clientLimits // the client-side limits (own locks); nil without WithRateLimit
+	breaker *breaker      // the circuit breaker (own lock); nil when disabled
+	budget  *budget       // the retry budget (own lock); nil when disabled
+	stats   counters      // running totals for Stats, atomic
 }
 
-// waiter is a request queued behind the probe.
-type waiter struct {
-	n        int // its place in the queue, from 1
-	released chan struct{}
-	gone     bool // went on its ramp, or gave up
-	turn     turn // its start, assigned when the probe's answer came in
+// newUpstream makes the state of an upstream seen for the first time.
+func (t *RetryTransport) newUpstream() *upstream {
+	u := &upstream{
+		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst, t.cfg.quota.localShare()),
+		budget: newBudget(t.cfg.retryBudget),
+		born:   t.cfg.clock.Now(),
+	}
+	u.bound = t.cfg.policy.maxRetryAfter
+	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
+	now := t.cfg.clock.Now()
+	u.breaker.start(now)
+	u.budget.start(now)
+	return u
 }
 
 // turn is when an admitted attempt may start: a paced slot on the pace
@@ -146,34 +91,31 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.reprobeIfDue(now)
-	if u.phase == probing && now.Sub(u.probeStart) > slowStartMax {
+	if u.start.overdue(now) {
 		u.openLocked(now) // the probe is taking too long to tell us anything
 	}
-	switch u.phase {
+	switch u.start.phase {
 	case cold:
-		u.phase, u.probeStart = probing, now
-		u.released = make(chan struct{})
-		return turn{at: u.afterHold(now, jitter), firm: true, probe: true, reprobes: u.reprobes}, nil, pass{u: u, probe: true}
+		u.start.probe(now)
+		return turn{at: u.afterHold(now, jitter), firm: true, probe: true, reprobes: u.hold.reprobes}, nil, pass{u: u, probe: true}
 	case probing:
-		w = &waiter{n: len(u.waiters) + 1, released: u.released}
-		u.waiters = append(u.waiters, w)
-		return turn{at: u.rampAt(w.n), reprobes: u.reprobes}, w, pass{u: u}
+		w = u.start.queue()
+		return turn{at: w.at, reprobes: u.hold.reprobes}, w, pass{u: u}
 	}
 	u.grow(now)
 	t = u.turnAt(u.afterHold(now, jitter))
-	u.free.Store(u.interval == 0 && u.limits == nil && !u.heldUntil.After(now) && u.reprobeAt.IsZero())
+	u.free.Store(u.interval == 0 && u.limits == nil && u.hold.free(now))
 	return t, nil, pass{u: u}
 }
 
 // reprobeIfDue starts slow start again when a hold cut to the bound ends:
 // the next request is a probe, and its answer decides.
 func (u *upstream) reprobeIfDue(now time.Time) {
-	if u.reprobeAt.IsZero() || now.Before(u.reprobeAt) || u.phase != open {
+	if u.start.phase != open || !u.hold.reprobeDue(now) {
 		return
 	}
-	u.reprobeAt = time.Time{}
-	u.phase = cold
-	u.reprobes++
+	u.hold.reprobe()
+	u.start.cool()
 	if u.poisoned() {
 		u.forget(now) // the probe's answer teaches the pace again
 	}
@@ -185,33 +127,22 @@ func (u *upstream) poisoned() bool {
 	return u.bound > 0 && u.interval >= u.bound
 }
 
-// rampAt is when the n-th request queued behind the probe goes if the probe
-// has not answered: 1 after one step, 2 more after two, 4 after three...
-func (u *upstream) rampAt(n int) time.Time {
-	steps := 1 + math.Floor(math.Log2(float64(n)))
-	return u.probeStart.Add(time.Duration(steps) * slowStartStep)
-}
-
-// claim settles a waiter whose ramp time came, or who gave up: it returns
-// the slot the probe's answer assigned meanwhile, or leaves the queue and
-// returns a zero time.
+// claim settles a waiter whose ramp time came, or who gave up (see
+// slowStart.claim).
 func (u *upstream) claim(w *waiter) turn {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if w.turn.at.IsZero() {
-		w.gone = true
-	}
-	t := w.turn
-	t.reprobes = u.reprobes
+	t := u.start.claim(w)
+	t.reprobes = u.hold.reprobes
 	return t
 }
 
 // turnAt books a turn at or after start on the pace.
 func (u *upstream) turnAt(start time.Time) turn {
 	t := u.book(start)
-	t.reprobes = u.reprobes
-	if !start.Before(u.heldUntil) {
-		t.held = u.heldUntil
+	t.reprobes = u.hold.reprobes
+	if !start.Before(u.hold.end) {
+		t.held = u.hold.end
 	}
 	return t
 }
@@ -244,7 +175,7 @@ func (t turn) firmAt() time.Time {
 func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at time.Time, quicker <-chan struct{}, again bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.reprobeIfDue(now); t.reprobes != u.reprobes {
+	if u.reprobeIfDue(now); t.reprobes != u.hold.reprobes {
 		return time.Time{}, nil, true
 	}
 	if t.paced && (u.interval <= 0 || t.clockID != u.clockID) {
@@ -265,13 +196,13 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		*t = u.turnAt(now) // paced since it was booked: take a slot
 		at = t.at
 	}
-	if u.heldUntil.After(now) && at.Before(u.heldUntil) {
+	if u.hold.held(now) && at.Before(u.hold.end) {
 		*t = u.turnAt(u.afterHold(now, jitter)) // a new turn after the hold, not a herd
 		at = t.at
 	}
 	if at.After(now) {
-		if !u.reprobeAt.IsZero() && at.After(u.reprobeAt) {
-			at = u.reprobeAt // wake for the new probe, and take a place again
+		if r := u.hold.reprobeAt; !r.IsZero() && at.After(r) {
+			at = r // wake for the new probe, and take a place again
 		}
 		return at, u.quickerFor(*t), false
 	}
@@ -301,60 +232,35 @@ func (u *upstream) unbook(t turn) {
 // afterHold delays start past a hold, spreading the held requests with
 // jitter when no pacing rate does it for them.
 func (u *upstream) afterHold(now time.Time, jitter time.Duration) time.Time {
-	if !u.heldUntil.After(now) {
-		return now
-	}
-	if u.interval > 0 || jitter <= 0 {
-		return u.heldUntil
-	}
-	return u.heldUntil.Add(time.Duration(rand.Int64N(int64(jitter))))
+	return u.hold.after(now, jitter, u.paced())
 }
 
-// holdUntil holds new requests until at, within the bound; a hold cut to
-// the bound ends in a new probe. It reports whether the hold moved later.
-func (u *upstream) holdUntil(now, at time.Time) bool {
-	if !at.After(u.heldUntil) || !at.After(now) {
+// holdUntil holds new requests until at, within the bound (see
+// holds.until); byQuota tells a reading's hold from a 429's. It reports
+// whether the hold moved later. The pacer is told where the hold ends: a
+// pace that slows before then changes at that time (see pacer.holdEnd).
+func (u *upstream) holdUntil(now, at time.Time, byQuota bool) bool {
+	if !u.hold.until(now, at, u.bound) {
 		return false
 	}
-	if u.bound > 0 && at.Sub(now) > u.bound {
-		at = now.Add(u.bound)
-		u.reprobeAt = at
-		if !at.After(u.heldUntil) {
-			return false
-		}
-	}
-	u.heldUntil, u.holdEnd = at, at
+	u.hold.byQuota = byQuota
+	u.holdEnd = u.hold.end
 	return true
 }
 
-// openLocked ends slow start: queued requests get their turns in arrival
-// order: paced slots, or, on an upstream that is neither paced nor held, a
-// doubling ramp one probe round trip apart.
+// openLocked ends slow start, if a probe is out: queued requests get their
+// turns in arrival order: paced slots, or, on an upstream that is neither
+// paced nor held, a doubling ramp a step and a half of the probe's round
+// trip apart (see slowStart.rampStep).
 func (u *upstream) openLocked(now time.Time) {
-	if u.phase != probing {
-		return
-	}
-	u.phase = open
-	step := time.Duration(0)
-	if u.interval == 0 && !u.heldUntil.After(now) {
-		// A step and a half of the probe's round trip: a step's
-		// answers are in before the next goes.
-		step = min(max(now.Sub(u.probeStart)*3/2, rampStepMin), slowStartStep)
-	}
-	n := 0
-	for _, w := range u.waiters {
-		if w.gone {
-			continue
+	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
+	step := u.start.rampStep(now)
+	u.start.open(func(n int) turn {
+		if ramp {
+			return turn{at: rampFrom(now, step, n), firm: true, reprobes: u.hold.reprobes}
 		}
-		n++
-		if step > 0 {
-			w.turn = turn{at: now.Add(step * time.Duration(math.Floor(math.Log2(float64(n))))), firm: true, reprobes: u.reprobes}
-			continue
-		}
-		w.turn = u.turnAt(u.afterHold(now, 0))
-	}
-	close(u.released)
-	u.waiters = nil
+		return u.turnAt(u.afterHold(now, 0))
+	})
 }
 
 // abandon ends slow start when the probe will not be sent after all (its
@@ -412,8 +318,8 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
 	}
-	if hold > 0 && u.holdUntil(now, now.Add(hold)) {
-		moved, u.heldByQuota = true, false
+	if hold > 0 && u.holdUntil(now, now.Add(hold), false) {
+		moved = true
 	}
 	if limits.Known() {
 		moved = u.learnLocked(now, limits, p.sent, throttled) || moved
@@ -421,11 +327,11 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if u.limits != nil && limits.Known() {
 		u.limits.correct(now, limits)
 	}
-	if p.probe || (u.phase == probing && gotResponse) {
+	if p.probe || (u.start.phase == probing && gotResponse) {
 		u.openLocked(now)
 	}
 	if moved {
-		held = u.heldUntil
+		held = u.hold.end
 	}
 	return held, paceOff
 }
@@ -458,21 +364,17 @@ func (u *upstream) seedAccepts(now time.Time) {
 // A quota hold is lifted by a newer reading that says quota remains: the
 // server's count beats its earlier statement (a 429's hold stays).
 func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, throttled bool) bool {
-	q := l.Requests
-	if u.heldByQuota && !throttled && sent == u.sent && q.HasRemaining && q.Remaining > headroom {
+	if q := l.Requests; !throttled && sent == u.sent && q.HasRemaining && q.Remaining > headroom {
 		// (holdEnd stays: turns booked at the hold's end keep that time.)
-		u.heldUntil, u.reprobeAt, u.heldByQuota = time.Time{}, time.Time{}, false
+		u.hold.lift()
 	}
-	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l))
+	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l), true)
 	u.learn(now, l, sent)
 	if u.poisoned() {
 		// A pace of one attempt per bound is a hold of the bound in
 		// disguise: hold for the bound, then probe.
 		u.forget(now)
-		moved = u.holdUntil(now, now.Add(2*u.bound)) || moved
-	}
-	if moved {
-		u.heldByQuota = true
+		moved = u.holdUntil(now, now.Add(2*u.bound), true) || moved
 	}
 	return moved
 }

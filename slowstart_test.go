@@ -1,0 +1,103 @@
+package retryhttp
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// giveAt gives each waiter a turn n milliseconds after now, and records
+// the places it was asked for.
+func giveAt(now time.Time, asked *[]int) func(n int) turn {
+	return func(n int) turn {
+		*asked = append(*asked, n)
+		return turn{at: now.Add(time.Duration(n) * time.Millisecond)}
+	}
+}
+
+func TestSlowStartPhases(t *testing.T) {
+	var s slowStart
+	now := testStart
+	assert.Equal(t, "cold", s.phase.String(), "an upstream starts cold")
+	s.open(giveAt(now, new([]int)))
+	assert.Equal(t, "cold", s.phase.String(), "no probe out: nothing to open")
+
+	s.probe(now)
+	assert.Equal(t, "probing", s.phase.String())
+	assert.False(t, s.overdue(now.Add(slowStartMax)), "the probe's answer is waited for up to slowStartMax")
+	assert.True(t, s.overdue(now.Add(slowStartMax+time.Nanosecond)))
+
+	s.open(giveAt(now, new([]int)))
+	assert.Equal(t, "open", s.phase.String())
+	assert.False(t, s.overdue(now.Add(time.Hour)), "open: no probe to wait for")
+
+	s.cool()
+	assert.Equal(t, "cold", s.phase.String(), "cold again, for a new probe")
+	s.probe(now.Add(time.Second))
+	s.cool()
+	assert.Equal(t, "probing", s.phase.String(), "a probe out is not called off")
+	assert.Equal(t, "unknown", phase(7).String())
+}
+
+func TestSlowStartRampWhileTheProbeIsOut(t *testing.T) {
+	var s slowStart
+	now := testStart
+	s.probe(now)
+	want := []time.Duration{1, 2, 2, 3, 3, 3, 3, 4} // in steps, for waiters 1..8
+	for i, steps := range want {
+		w := s.queue()
+		require.Equal(t, i+1, w.n)
+		assert.Equal(t, now.Add(steps*slowStartStep), w.at, "waiter %d", w.n)
+		assert.Equal(t, w.at, s.rampAt(w.n))
+	}
+}
+
+func TestSlowStartOpensTheQueueInArrivalOrder(t *testing.T) {
+	var s slowStart
+	now := testStart
+	s.probe(now)
+	ws := []*waiter{s.queue(), s.queue(), s.queue()}
+	for _, w := range ws {
+		assert.False(t, closed(w.released), "queued until the probe answers")
+	}
+	var asked []int
+	s.open(giveAt(now, &asked))
+	assert.Equal(t, []int{1, 2, 3}, asked)
+	for i, w := range ws {
+		assert.True(t, closed(w.released), "the probe's answer wakes the queue")
+		assert.Equal(t, now.Add(time.Duration(i+1)*time.Millisecond), s.claim(w).at)
+		assert.False(t, w.gone)
+	}
+	assert.Empty(t, s.waiters)
+}
+
+func TestSlowStartWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	var s slowStart
+	now := testStart
+	s.probe(now)
+	first, quitter, last := s.queue(), s.queue(), s.queue()
+	assert.True(t, s.claim(quitter).at.IsZero(), "no turn yet: it leaves the queue")
+	assert.True(t, quitter.gone)
+	var asked []int
+	s.open(giveAt(now, &asked))
+	assert.Equal(t, []int{1, 2}, asked, "the places after it move up")
+	assert.Equal(t, now.Add(time.Millisecond), s.claim(first).at)
+	assert.Equal(t, now.Add(2*time.Millisecond), s.claim(last).at)
+	assert.True(t, quitter.turn.at.IsZero(), "nothing is given to a request that left")
+}
+
+func TestSlowStartRampAfterTheProbe(t *testing.T) {
+	var s slowStart
+	now := testStart
+	s.probe(now)
+	assert.Equal(t, 30*time.Millisecond, s.rampStep(now.Add(20*time.Millisecond)), "a step and a half of the probe's round trip")
+	assert.Equal(t, rampStepMin, s.rampStep(now), "never shorter than rampStepMin")
+	assert.Equal(t, slowStartStep, s.rampStep(now.Add(time.Second)), "never longer than slowStartStep")
+
+	const step = 30 * time.Millisecond
+	for n, steps := range map[int]time.Duration{1: 0, 2: 1, 3: 1, 4: 2, 7: 2, 8: 3} {
+		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n), "request %d", n)
+	}
+}
