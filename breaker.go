@@ -90,8 +90,8 @@ type CircuitBreaker struct {
 // WithCircuitBreaker configures the circuit breaker of every upstream (see
 // CircuitBreaker); WithCircuitBreaker(CircuitBreaker{Disabled: true}) turns
 // it off. The breaker is on by default, with the defaults CircuitBreaker
-// lists. It shapes the transport as a whole: per request
-// (ContextWithOptions) it has no effect.
+// lists. It shapes the transport as a whole and has no per-request
+// counterpart (see RequestOption).
 func WithCircuitBreaker(cb CircuitBreaker) Option {
 	return Option{func(c *config) { c.breaker = cb }}
 }

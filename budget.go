@@ -72,7 +72,7 @@ type RetryBudget struct {
 // WithRetryBudget sets the retry budget of every upstream (see RetryBudget);
 // WithRetryBudget(RetryBudget{Disabled: true}) turns it off. The budget is on
 // by default, with the defaults RetryBudget lists. It shapes the transport as
-// a whole: per request (ContextWithOptions) it has no effect.
+// a whole and has no per-request counterpart (see RequestOption).
 func WithRetryBudget(b RetryBudget) Option {
 	return Option{func(c *config) { c.retryBudget = b }}
 }

@@ -2,43 +2,58 @@ package retryhttp
 
 import "context"
 
+// RequestOption overrides the retry policy for one request. Give it to
+// ContextWithOptions. Each constructor (MaxRetries, Backoff, ...) has a
+// transport-wide counterpart, an Option given to New (WithMaxRetries,
+// WithBackoff, ...), that sets the default for every request.
+//
+// It is a type of its own so that an option that shapes the transport as a
+// whole (WithLogger, WithRateLimit, WithCircuitBreaker, ...) cannot be given
+// per request, where it could have no effect: passing one does not compile.
+type RequestOption struct {
+	apply func(*policy)
+}
+
+// forTransport makes o the transport-wide default: the WithX counterpart of
+// a per-request constructor X is X(...).forTransport(), so the two share
+// one copy of the argument checks.
+func (o RequestOption) forTransport() Option {
+	return Option{func(c *config) { o.apply(&c.policy) }}
+}
+
 type requestOptionsKey struct{}
 
 // ContextWithOptions returns a context that makes a RetryTransport apply opts
 // on top of its own configuration for the one request made with it: for
-// example WithMaxRetries(0) for a request that must not be retried, or a
-// longer backoff for a batch job. Only the retry policy applies per request:
-// retries, backoff, jitter, server-wait and queue-wait limits, attempt
-// timeout, body buffer, classifier and idempotency options. Options that
-// shape the transport or its upstreams as a whole (WithLogger, WithClock,
-// WithHooks, WithKeyFunc, WithRateLimit, WithRateLimitBurst,
-// WithTokenEstimator, WithMaxConcurrency, WithCircuitBreaker,
-// WithRetryBudget, WithQuotaBackend) have no effect per request.
-func ContextWithOptions(ctx context.Context, opts ...Option) context.Context {
+// example MaxRetries(0) for a request that must not be retried, or a
+// longer Backoff for a batch job. Calls accumulate: options from an outer
+// ContextWithOptions apply first, so on the same setting the later call wins.
+func ContextWithOptions(ctx context.Context, opts ...RequestOption) context.Context {
 	if prev := requestOptions(ctx); prev != nil {
-		opts = append(append([]Option(nil), prev...), opts...)
+		opts = append(append([]RequestOption(nil), prev...), opts...)
 	}
 	return context.WithValue(ctx, requestOptionsKey{}, opts)
 }
 
-// NoRetry returns a context whose request is sent once, never retried.
+// NoRetry returns a context whose request is sent once, never retried:
+// ContextWithOptions(ctx, MaxRetries(0)).
 func NoRetry(ctx context.Context) context.Context {
-	return ContextWithOptions(ctx, WithMaxRetries(0))
+	return ContextWithOptions(ctx, MaxRetries(0))
 }
 
-func requestOptions(ctx context.Context) []Option {
-	opts, _ := ctx.Value(requestOptionsKey{}).([]Option)
+func requestOptions(ctx context.Context) []RequestOption {
+	opts, _ := ctx.Value(requestOptionsKey{}).([]RequestOption)
 	return opts
 }
 
 // requestPolicy applies per-request options to a copy of the transport's
-// configuration and keeps only its policy.
-func (t *RetryTransport) requestPolicy(opts []Option) *policy {
-	cfg := t.cfg
+// retry policy.
+func (t *RetryTransport) requestPolicy(opts []RequestOption) *policy {
+	p := t.cfg.policy
 	for _, o := range opts {
 		if o.apply != nil {
-			o.apply(&cfg)
+			o.apply(&p)
 		}
 	}
-	return &cfg.policy
+	return &p
 }

@@ -627,8 +627,12 @@ func ExampleWithIdempotencyGuard() {
 	// /busy: 200, attempts: 2
 }
 
-// ContextWithOptions changes the policy for one request: here a request that
-// must answer quickly gets one retry instead of the transport's five.
+// ContextWithOptions changes the retry policy for one request. Here a
+// batch job's context allows patient retries, and one request made under it
+// must answer quickly: it gets one retry instead of the transport's five.
+// Options accumulate, outer context first; a later one wins on the same
+// setting. Transport-wide options such as WithLogger are not RequestOptions:
+// ContextWithOptions(ctx, retryhttp.WithLogger(l)) does not compile.
 func ExampleContextWithOptions() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -639,7 +643,9 @@ func ExampleContextWithOptions() {
 		retryhttp.WithMaxRetries(5),
 		retryhttp.WithBackoff(time.Millisecond, 10*time.Millisecond), retryhttp.WithJitter(0))}
 
-	ctx := retryhttp.ContextWithOptions(context.Background(), retryhttp.WithMaxRetries(1))
+	batch := retryhttp.ContextWithOptions(context.Background(),
+		retryhttp.MaxRetries(10), retryhttp.MaxRetryAfter(5*time.Minute))
+	ctx := retryhttp.ContextWithOptions(batch, retryhttp.MaxRetries(1))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/health", nil)
 	resp, err := client.Do(req)
 	if err != nil {

@@ -17,8 +17,17 @@ const IdempotencyKeyHeader = "Idempotency-Key"
 // every POST and PATCH that has none, the same key on every attempt of one
 // request, so a server that honours the header runs the request at most once
 // however many times it arrives. A key the caller set is kept as it is.
+// Per request: [IdempotencyKey].
 func WithIdempotencyKey() Option {
-	return Option{func(c *config) { c.idempotencyKey = true }}
+	return IdempotencyKey().forTransport()
+}
+
+// IdempotencyKey turns on, for one request, what [WithIdempotencyKey]
+// turns on for every request: if it is a POST or PATCH without an
+// Idempotency-Key header, every attempt carries the same random key. There
+// is no per-request way to turn off a transport-wide WithIdempotencyKey.
+func IdempotencyKey() RequestOption {
+	return RequestOption{func(p *policy) { p.idempotencyKey = true }}
 }
 
 // WithIdempotencyGuard narrows retries of non-idempotent requests (POST and
@@ -32,8 +41,18 @@ func WithIdempotencyKey() Option {
 // official LLM SDKs do: their POSTs are generations, which cost money when
 // repeated but no harm. Turn the guard on when a duplicate would do harm
 // (payments, messages sent) and the server has no idempotency keys.
+// Per request: [IdempotencyGuard].
 func WithIdempotencyGuard() Option {
-	return Option{func(c *config) { c.idempotencyGuard = true }}
+	return IdempotencyGuard().forTransport()
+}
+
+// IdempotencyGuard turns on, for one request, what [WithIdempotencyGuard]
+// turns on for every request: if it is a POST or PATCH without an
+// Idempotency-Key, it is retried only when the server surely did not act
+// on it. There is no per-request way to turn off a transport-wide
+// WithIdempotencyGuard.
+func IdempotencyGuard() RequestOption {
+	return RequestOption{func(p *policy) { p.idempotencyGuard = true }}
 }
 
 // stampHeaders returns the headers every attempt of req carries, or nil when

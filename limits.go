@@ -45,9 +45,16 @@ func WithRateLimitBurst(d time.Duration) Option {
 // is only projected by a pace still being learned is waited for up to the
 // limit instead, since the pace may yet bring it forward. The default is the
 // WithMaxRetryAfter limit (60s); the request context's deadline always
-// applies too.
+// applies too. Per request: [MaxQueueWait].
 func WithMaxQueueWait(d time.Duration) Option {
-	return Option{func(c *config) { c.maxQueueWait = maxDuration(d, 0) }}
+	return MaxQueueWait(d).forTransport()
+}
+
+// MaxQueueWait overrides, for one request, how long it may wait to be
+// admitted; [WithMaxQueueWait] sets it for every request. 0 (or less)
+// means the request's MaxRetryAfter limit.
+func MaxQueueWait(d time.Duration) RequestOption {
+	return RequestOption{func(p *policy) { p.maxQueueWait = maxDuration(d, 0) }}
 }
 
 // PerMinute returns the limit on one dimension; 0: none.

@@ -22,14 +22,16 @@ const (
 	DefaultMaxBufferedBody = 8 << 20 // 8 MiB: a long prompt with a few images
 )
 
-// Option configures a RetryTransport. Options are applied in order by New, or
-// to a single request by ContextWithOptions.
+// Option configures a RetryTransport. Options are applied in order by New.
+// The retry-policy options have per-request counterparts of type
+// RequestOption, given to ContextWithOptions (WithMaxRetries: MaxRetries);
+// the others shape the transport as a whole and have none.
 type Option struct {
 	apply func(*config)
 }
 
 // config is everything New assembles: the transport-wide parts and the
-// retry policy, which ContextWithOptions may override per request.
+// retry policy, which RequestOptions may override per request.
 type config struct {
 	base   http.RoundTripper
 	logger *slog.Logger
@@ -94,36 +96,60 @@ func defaultConfig() config {
 
 // WithMaxRetries sets how many retries may follow the first attempt. The
 // default is 5; 0 never retries. Negative values are treated as 0.
+// Per request: [MaxRetries].
 func WithMaxRetries(n int) Option {
-	return Option{func(c *config) { c.maxRetries = max(n, 0) }}
+	return MaxRetries(n).forTransport()
+}
+
+// MaxRetries overrides, for one request, how many retries may follow the
+// first attempt; [WithMaxRetries] sets it for every request. 0 never
+// retries (see [NoRetry]); negative values are treated as 0.
+func MaxRetries(n int) RequestOption {
+	return RequestOption{func(p *policy) { p.maxRetries = max(n, 0) }}
 }
 
 // WithBackoff sets the computed wait before retry k (k = 1, 2, ...):
 // min(base·multiplier^(k-1), max), plus jitter. The default is 1s and 32s.
 // A base of 0 or less retries at once (plus jitter); a max below base is
-// raised to base.
+// raised to base. Per request: [Backoff].
 func WithBackoff(base, max time.Duration) Option {
-	return Option{func(c *config) {
-		c.backoffBase = base
+	return Backoff(base, max).forTransport()
+}
+
+// Backoff overrides, for one request, the computed wait before retry k:
+// min(base·multiplier^(k-1), max), plus jitter; [WithBackoff] sets it for
+// every request. A base of 0 or less retries at once (plus jitter); a max
+// below base is raised to base.
+func Backoff(base, max time.Duration) RequestOption {
+	return RequestOption{func(p *policy) {
+		p.backoffBase = base
 		if base < 0 {
-			c.backoffBase = 0
+			p.backoffBase = 0
 		}
-		c.backoffMax = max
-		if c.backoffMax < c.backoffBase {
-			c.backoffMax = c.backoffBase
+		p.backoffMax = max
+		if p.backoffMax < p.backoffBase {
+			p.backoffMax = p.backoffBase
 		}
 	}}
 }
 
 // WithBackoffMultiplier sets the growth factor between computed waits. The
 // default is 2. Values below 1 (and NaN) are treated as 1: a constant wait.
+// Per request: [BackoffMultiplier].
 func WithBackoffMultiplier(f float64) Option {
-	return Option{func(c *config) {
-		if !(f >= 1) { // also catches NaN
-			f = 1
-		}
-		c.multiplier = f
-	}}
+	return BackoffMultiplier(f).forTransport()
+}
+
+// BackoffMultiplier overrides, for one request, the growth factor between
+// computed waits; [WithBackoffMultiplier] sets it for every request. Values
+// below 1 (and NaN) are treated as 1: a constant wait.
+func BackoffMultiplier(f float64) RequestOption {
+	// Clamped here, not in the closure: one RequestOption may be applied by
+	// many requests at once.
+	if !(f >= 1) { // also catches NaN
+		f = 1
+	}
+	return RequestOption{func(p *policy) { p.multiplier = f }}
 }
 
 // WithJitter sets the most random time added to each computed wait, drawn
@@ -133,38 +159,79 @@ func WithBackoffMultiplier(f float64) Option {
 // asked for (Retry-After) gets jitter in proportion to itself: up to a
 // fifth of it, never more than this value, so a 50 ms Retry-After waits at
 // most 60 ms. It also spreads the requests released together after a
-// hold, so that they do not return as a herd.
+// hold, so that they do not return as a herd. Per request: [Jitter].
 func WithJitter(max time.Duration) Option {
-	return Option{func(c *config) { c.jitter = maxDuration(max, 0) }}
+	return Jitter(max).forTransport()
+}
+
+// Jitter overrides, for one request, the most random time added to each
+// computed wait; [WithJitter] sets it for every request and describes how
+// it is applied. 0 adds none; negative values are treated as 0.
+func Jitter(max time.Duration) RequestOption {
+	return RequestOption{func(p *policy) { p.jitter = maxDuration(max, 0) }}
 }
 
 // WithJitterStrategy chooses how randomness is applied to the backoff. The
 // default, AdditiveJitter, is the contract's "computed wait plus up to
-// WithJitter". See JitterStrategy.
+// WithJitter". See JitterStrategy. Per request: [UseJitterStrategy].
 func WithJitterStrategy(s JitterStrategy) Option {
-	return Option{func(c *config) { c.jitterStrategy = s }}
+	return UseJitterStrategy(s).forTransport()
+}
+
+// UseJitterStrategy overrides, for one request, how randomness is applied
+// to the backoff; [WithJitterStrategy] sets it for every request. (It is
+// not named JitterStrategy, the name of the strategies' type.)
+func UseJitterStrategy(s JitterStrategy) RequestOption {
+	return RequestOption{func(p *policy) { p.jitterStrategy = s }}
 }
 
 // WithMaxRetryAfter sets the longest server-requested wait (Retry-After,
 // retry-after-ms) that is honoured. A longer one ends retrying at once and the
 // response that asked for it is returned. The default is 60s.
+// Per request: [MaxRetryAfter].
 func WithMaxRetryAfter(d time.Duration) Option {
-	return Option{func(c *config) { c.maxRetryAfter = maxDuration(d, 0) }}
+	return MaxRetryAfter(d).forTransport()
+}
+
+// MaxRetryAfter overrides, for one request, the longest server-requested
+// wait that is honoured; [WithMaxRetryAfter] sets it for every request. It
+// is also the default limit on waiting to be admitted (see MaxQueueWait).
+// Negative values are treated as 0.
+func MaxRetryAfter(d time.Duration) RequestOption {
+	return RequestOption{func(p *policy) { p.maxRetryAfter = maxDuration(d, 0) }}
 }
 
 // WithAttemptTimeout bounds each attempt from the moment it is sent until
 // its response headers arrive; reading the body is not timed, so streams are
 // not cut. A timed-out attempt is transient and may be retried. The default, 0,
 // sets no per-attempt timeout: the request context alone bounds the call.
+// Per request: [AttemptTimeout].
 func WithAttemptTimeout(d time.Duration) Option {
-	return Option{func(c *config) { c.attemptTimeout = maxDuration(d, 0) }}
+	return AttemptTimeout(d).forTransport()
+}
+
+// AttemptTimeout overrides, for one request, the bound on each attempt from
+// the moment it is sent until its response headers arrive;
+// [WithAttemptTimeout] sets it for every request. 0 sets none; negative
+// values are treated as 0.
+func AttemptTimeout(d time.Duration) RequestOption {
+	return RequestOption{func(p *policy) { p.attemptTimeout = maxDuration(d, 0) }}
 }
 
 // WithMaxBufferedBody sets how many bytes of a request body that cannot be
 // re-read (no GetBody, not an io.Seeker) are kept so it can be sent again.
 // A larger body is sent once and not retried. The default is 8 MiB.
+// Per request: [MaxBufferedBody].
 func WithMaxBufferedBody(n int64) Option {
-	return Option{func(c *config) { c.maxBufferedBody = max(n, 0) }}
+	return MaxBufferedBody(n).forTransport()
+}
+
+// MaxBufferedBody overrides, for one request, how many bytes of a body that
+// cannot be re-read are kept so it can be sent again;
+// [WithMaxBufferedBody] sets it for every request. A larger body is sent
+// once and not retried. Negative values are treated as 0.
+func MaxBufferedBody(n int64) RequestOption {
+	return RequestOption{func(p *policy) { p.maxBufferedBody = max(n, 0) }}
 }
 
 // WithLogger sends the transport's logs to l: debug per attempt, info per
@@ -190,9 +257,17 @@ func WithClock(clk Clock) Option {
 
 // WithClassifier installs a classifier that is asked first about every
 // outcome. It returns Retry or Stop to decide, or Default to defer to the
-// built-in rules (see Retryable).
+// built-in rules (see Retryable). Per request: [Classify].
 func WithClassifier(f Classifier) Option {
-	return Option{func(c *config) { c.classifier = f }}
+	return Classify(f).forTransport()
+}
+
+// Classify overrides, for one request, the classifier asked first about
+// every outcome; [WithClassifier] sets it for every request. It replaces
+// the transport's classifier rather than adding to it: nil leaves the
+// built-in rules alone to decide.
+func Classify(f Classifier) RequestOption {
+	return RequestOption{func(p *policy) { p.classifier = f }}
 }
 
 // Verdict is a classifier's answer about one attempt's outcome.

@@ -125,8 +125,8 @@ type QuotaTake struct {
 // With a backend, every attempt asks it (one round trip, bounded by
 // WithQuotaTimeout), even on an upstream without client-side limits, so
 // that it learns the fleet's holds. A nil backend keeps every quota in
-// memory, as without this option. It shapes the transport as a whole: it
-// has no effect through ContextWithOptions.
+// memory, as without this option. It shapes the transport as a whole and
+// has no per-request counterpart (see RequestOption).
 func WithQuotaBackend(b QuotaBackend, localShare float64) Option {
 	if b != nil && !(localShare > 0 && localShare <= 1) {
 		panic("retryhttp: WithQuotaBackend: localShare must be in (0, 1], got " + strconv.FormatFloat(localShare, 'g', -1, 64))

@@ -55,8 +55,8 @@ const (
 //
 // The default, and what nil restores, is DefaultTokenEstimator. A count set
 // on the request's context with WithTokens takes precedence over f. The
-// estimator is transport-wide: given to ContextWithOptions it has no effect;
-// use WithTokens for one request.
+// estimator is transport-wide, with no RequestOption counterpart; use
+// WithTokens for one request.
 func WithTokenEstimator(f func(*http.Request) (input, output int)) Option {
 	return Option{func(c *config) { c.tokenEstimator = f }}
 }
