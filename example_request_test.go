@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/retrytest"
 )
 
-// The per-request options, one example each. Most use instantClock (see
-// ExampleWithClock) so that waits of seconds pass at once and can be shown.
+// The per-request options, one example each. Most use retrytest.NewClock
+// (see ExampleWithClock) so that waits of seconds pass at once and can be shown.
 
 // failFirst answers status to the first n requests, then 200 "ok".
 func failFirst(n int32, status int) *httptest.Server {
@@ -49,16 +50,12 @@ func attempts(resp *http.Response) string {
 	return "1 attempt"
 }
 
-func newInstantClock() *instantClock {
-	return &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
 // MaxRetries gives one request its own number of retries: here one, where
 // the transport allows five.
 func ExampleMaxRetries() {
 	srv := failFirst(3, http.StatusServiceUnavailable)
 	defer srv.Close()
-	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(newInstantClock()))}
+	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(retrytest.NewClock()))}
 
 	get(client, retryhttp.ContextWithOptions(context.Background(), retryhttp.MaxRetries(1)), srv.URL)
 	// Output: 503 after 2 attempts
@@ -69,7 +66,7 @@ func ExampleMaxRetries() {
 func ExampleBackoff() {
 	srv := failFirst(3, http.StatusServiceUnavailable)
 	defer srv.Close()
-	clock := newInstantClock()
+	clock := retrytest.NewClock()
 	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(clock), retryhttp.WithJitter(0))}
 
 	get(client, retryhttp.ContextWithOptions(context.Background(),
@@ -84,7 +81,7 @@ func ExampleBackoff() {
 func ExampleBackoffMultiplier() {
 	srv := failFirst(3, http.StatusServiceUnavailable)
 	defer srv.Close()
-	clock := newInstantClock()
+	clock := retrytest.NewClock()
 	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(clock), retryhttp.WithJitter(0))}
 
 	get(client, retryhttp.ContextWithOptions(context.Background(), retryhttp.BackoffMultiplier(3)), srv.URL)
@@ -99,7 +96,7 @@ func ExampleBackoffMultiplier() {
 func ExampleJitter() {
 	srv := failFirst(2, http.StatusServiceUnavailable)
 	defer srv.Close()
-	clock := newInstantClock()
+	clock := retrytest.NewClock()
 	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(clock))}
 
 	get(client, retryhttp.ContextWithOptions(context.Background(), retryhttp.Jitter(0)), srv.URL)
@@ -115,7 +112,7 @@ func ExampleUseJitterStrategy() {
 	srv := failFirst(2, http.StatusServiceUnavailable)
 	defer srv.Close()
 	client := &http.Client{Transport: retryhttp.New(nil,
-		retryhttp.WithClock(newInstantClock()),
+		retryhttp.WithClock(retrytest.NewClock()),
 		retryhttp.WithHooks(retryhttp.Hooks{OnRetry: func(e retryhttp.Event) {
 			computed := time.Second << (e.Attempt - 1) // 1s, 2s
 			fmt.Printf("retry %d: wait below %v: %v\n", e.Attempt, computed, e.Wait < computed)
@@ -140,7 +137,7 @@ func ExampleMaxRetryAfter() {
 		}
 	}))
 	defer srv.Close()
-	clock := newInstantClock()
+	clock := retrytest.NewClock()
 	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(clock), retryhttp.WithJitter(0))}
 
 	get(client, retryhttp.ContextWithOptions(context.Background(), retryhttp.MaxRetryAfter(5*time.Minute)), srv.URL)
@@ -156,7 +153,7 @@ func ExampleMaxRetryAfter() {
 func ExampleMaxQueueWait() {
 	srv := failFirst(0, 0) // always 200
 	defer srv.Close()
-	clock := newInstantClock()
+	clock := retrytest.NewClock()
 	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(clock),
 		retryhttp.WithRateLimit(retryhttp.Limits{RequestsPerMinute: 2}),
 		retryhttp.WithMaxQueueWait(5*time.Second))}
@@ -204,7 +201,7 @@ func ExampleAttemptTimeout() {
 func ExampleMaxBufferedBody() {
 	srv := failFirst(1, http.StatusServiceUnavailable)
 	defer srv.Close()
-	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(newInstantClock()))}
+	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(retrytest.NewClock()))}
 
 	ctx := retryhttp.ContextWithOptions(context.Background(), retryhttp.MaxBufferedBody(0))
 	stream := io.MultiReader(strings.NewReader("a stream")) // no GetBody, no Seek
@@ -228,7 +225,7 @@ func ExampleMaxBufferedBody() {
 func ExampleClassify() {
 	srv := failFirst(1, http.StatusConflict)
 	defer srv.Close()
-	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(newInstantClock()))}
+	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(retrytest.NewClock()))}
 
 	lockedIsTransient := func(resp *http.Response, err error) retryhttp.Verdict {
 		if resp != nil && resp.StatusCode == http.StatusConflict {
@@ -254,7 +251,7 @@ func ExampleIdempotencyKey() {
 		}
 	}))
 	defer srv.Close()
-	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(newInstantClock()))}
+	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(retrytest.NewClock()))}
 
 	ctx := retryhttp.ContextWithOptions(context.Background(), retryhttp.IdempotencyKey())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"amount":500}`))
@@ -284,7 +281,7 @@ func ExampleIdempotencyGuard() {
 		}
 	}))
 	defer srv.Close()
-	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(newInstantClock()))}
+	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithClock(retrytest.NewClock()))}
 
 	for _, c := range []struct {
 		path string
