@@ -74,7 +74,7 @@
 //     request that got it.
 //
 // The robustness matrix (robustness_test.go, in simulated time) holds these
-// rules against 280 server behaviours; docs/design.md has the figures.
+// rules against 423 server behaviours; docs/design.md has the figures.
 //
 // # Errors
 //

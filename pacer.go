@@ -542,9 +542,12 @@ func tooSmallForHeadroom(q Quota) bool { return q.HasLimit && q.Limit <= headroo
 // it (the observed mode), and its empty count holds nobody.
 func tinyCoarseBucket(q Quota) bool { return q.Coarse && tooSmallForHeadroom(q) }
 
-// coarseBucket reports a replenishing quota whose reset, in whole seconds,
-// is too coarse to state the refill rate (Anthropic's RFC 3339 resets): a
-// bucket that refills in 100 ms says "full by the next second".
+// coarseBucket reports a quota whose reset, an absolute time in whole
+// seconds, is too coarse to state the refill rate: a bucket that refills in
+// 100 ms says "full by the next second". It holds for any family
+// (Anthropic's RFC 3339 resets, GitHub-style epochs), a fixed window
+// included: behind the same headers a window cannot be told from a bucket,
+// and either is measured by its drain.
 func coarseBucket(l RateLimits) bool {
 	q := l.Requests
 	return l.Window == 0 && q.HasLimit && q.HasRemaining &&

@@ -2,7 +2,7 @@
 
 // Poisoning the pace: absurd statements that the pacer turns into a rate
 // (a reset in year 9999, a window of 3000 years) rather than only a hold.
-// These tests fail on the current code; see the comments for the causes.
+// Each test's comment names the failure it catches.
 
 package retryhttp
 
@@ -39,9 +39,9 @@ func poisonPaceCases() []poisonCase {
 
 // TestPoisonedPaceServesAgainWithinTheBound is
 // TestPoisonedUpstreamServesAgainWithinTheBound for statements that poison
-// the pace. On the current code no request reaches the server again: every
-// request is refused at once (OpenAI, IETF) or waits its whole queue wait
-// and fails (Anthropic), the probe due at the bound included.
+// the pace. The failure it catches: no request reaches the server again;
+// every request is refused at once (OpenAI, IETF) or waits its whole queue
+// wait and fails (Anthropic), the probe due at the bound included.
 func TestPoisonedPaceServesAgainWithinTheBound(t *testing.T) {
 	for _, c := range poisonPaceCases() {
 		t.Run(c.name, func(t *testing.T) { runPoison(t, c) })
@@ -67,11 +67,12 @@ func poisonedPace(t *testing.T) (*upstream, time.Time, time.Duration) {
 
 // While a new probe is due at the bound, no turn is handed out past it.
 //
-// Fails: the first turn is at +4s, the next at +6s, +8s... The reading left
-// the pace clock two slots in debt (syncRemaining: remaining 0 less the
-// headroom), and each slot is as long as the bound; every request booked
-// takes one more slot, and the transport refuses each of them at once (the
-// turn is firm and past the queue wait) without giving the slot back.
+// The failure it catches: the first turn is at +4s, the next at +6s, +8s...
+// The reading left the pace clock two slots in debt (syncRemaining:
+// remaining 0 less the headroom), and each slot is as long as the bound;
+// every request booked takes one more slot, and the transport refuses each
+// of them at once (the turn is firm and past the queue wait) without giving
+// the slot back.
 func TestPoisonedPaceHandsOutNoTurnPastTheReprobe(t *testing.T) {
 	u, now, _ := poisonedPace(t)
 	for i := 0; i < 4; i++ {
@@ -83,11 +84,12 @@ func TestPoisonedPaceHandsOutNoTurnPastTheReprobe(t *testing.T) {
 
 // When the hold cut to the bound ends, one probe goes.
 //
-// Fails: the probe's turn is not paced (schedule, cold), so recheck books
-// it a slot on the pace behind every slot booked before (pacing.go, recheck:
-// "paced since it was booked: take a slot"): +8s after three refused
-// requests. The turn is firm, so the transport refuses the probe at once and
-// the upstream is never tried again while requests keep coming.
+// The failure it catches: the probe's turn is not paced (schedule, cold), so
+// recheck books it a slot on the pace behind every slot booked before
+// (pacing.go, recheck: "paced since it was booked: take a slot"): +8s after
+// three refused requests. The turn is firm, so the transport refuses the
+// probe at once and the upstream is never tried again while requests keep
+// coming.
 func TestPoisonedPaceLetsTheProbeGoAtTheBound(t *testing.T) {
 	u, now, bound := poisonedPace(t)
 	for i := 0; i < 3; i++ {
@@ -104,10 +106,11 @@ func TestPoisonedPaceLetsTheProbeGoAtTheBound(t *testing.T) {
 // With nothing in flight, the shortfall check holds a request at most the
 // bound.
 //
-// Fails: an Anthropic bucket with 1 of 50 left and a reset in year 9999
-// proves a refill of ~1.5e-8 per second, and shortfall waits one unit at
-// that rate: 18249h. The turn is not firm, so every request waits its whole
-// queue wait and fails; nothing is ever sent, so no reading corrects it.
+// The failure it catches: an Anthropic bucket with 1 of 50 left and a reset
+// in year 9999 proves a refill of ~1.5e-8 per second, and shortfall waits
+// one unit at that rate: 18249h. The turn is not firm, so every request
+// waits its whole queue wait and fails; nothing is ever sent, so no reading
+// corrects it.
 func TestPoisonedShortfallIsBounded(t *testing.T) {
 	const bound = 2 * time.Second
 	u := &upstream{start: slowStart{phase: open}}
@@ -137,11 +140,11 @@ func TestPoisonedShortfallIsBounded(t *testing.T) {
 // A reading with quota to spare lets a request go within one interval,
 // whatever an earlier reading of a larger quota said.
 //
-// Fails: the first reading (1 of 1000 left, full again in 24h) set the
-// capacity to 999 and the pace clock 998 slots ahead, the burst it allowed;
-// the second (2 of 3 left) cuts the capacity to 2 but syncRemaining only
-// ever moves the clock later, so the old burst becomes a debt of 997 slots
-// of 2s: the next turn is 33 minutes away.
+// The failure it catches: the first reading (1 of 1000 left, full again in
+// 24h) set the capacity to 999 and the pace clock 998 slots ahead, the burst
+// it allowed; the second (2 of 3 left) cuts the capacity to 2 but
+// syncRemaining only ever moves the clock later, so the old burst becomes a
+// debt of 997 slots of 2s: the next turn is 33 minutes away.
 func TestPoisonedPaceShrinkingCapacityLeavesNoDebt(t *testing.T) {
 	const bound = 2 * time.Second
 	u := &upstream{start: slowStart{phase: open}}

@@ -257,8 +257,8 @@ func tolerance(w world) float64 {
 }
 
 // gap names the cells that do not meet the targets yet, with why; "" for a
-// cell that must. A gap cell that meets every target fails the test, so
-// the list only shrinks. What a gap cell must still do is in the test.
+// cell that must. A gap cell that meets every target says so in the log,
+// so the list can shrink. What a gap cell must still do is in the test.
 func gap(w world) string {
 	switch {
 	case w.family == "github":
