@@ -29,7 +29,8 @@ type outcome struct {
 	retry bool
 	// health is what the outcome says of the upstream (see health).
 	health health
-	// throttled: the server refused for rate (429).
+	// throttled: the server refused for rate (a 429, or a 403 judged a
+	// rate limit).
 	throttled bool
 
 	// limits is the response's rate-limit state, read against the
@@ -82,10 +83,12 @@ func (c *call) judge(a admission, resp *http.Response, err error) outcome {
 	if err != nil {
 		return c.judgeError(o)
 	}
-	o.throttled = resp.StatusCode == http.StatusTooManyRequests
 	o.health = statusHealth(resp.StatusCode)
 	retry, _ := c.policy.classify(resp, nil)
 	o.retry = retry && !c.unsafeToRetry(resp, nil)
+	// A 429, or a 403 judged a rate limit (GitHub's): the server refused
+	// for rate, and its wait holds the whole upstream.
+	o.throttled = resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusForbidden && retry
 	if u := a.pass.u; u != nil && (o.throttled || hasRateLimitKey(resp.Header) || a.pass.probe || !u.free.Load()) {
 		now := c.t.cfg.clock.Now()
 		o.limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))

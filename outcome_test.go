@@ -244,3 +244,21 @@ func TestErrorsThatAreNotTheNetworksAreRetriedOnce(t *testing.T) {
 		assert.Equal(t, 4, e.Attempts)
 	})
 }
+
+func TestRateLimit403HoldsTheUpstream(t *testing.T) {
+	// GitHub's secondary rate limit: a 403 with Retry-After. Its wait is
+	// the upstream's, not only the request's: the next request waits too.
+	mock, _ := scripted(t,
+		step{status: http.StatusForbidden, header: http.Header{"Retry-After": {"2"}},
+			body: `{"message":"You have exceeded a secondary rate limit."}`},
+		step{status: http.StatusOK})
+	clock := autoClock()
+	rt := New(mock, WithClock(clock), WithMaxRetries(0))
+	resp, err := rt.RoundTrip(get(t, "https://api.test/x"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	s := rt.Stats()[0]
+	assert.Equal(t, uint64(1), s.RateLimited)
+	assert.Equal(t, testStart.Add(2*time.Second), s.HeldUntil, "the upstream is held for the server's wait")
+}

@@ -20,7 +20,7 @@ type Stats struct {
 	Requests    uint64 // requests (first attempts) admitted or refused
 	Attempts    uint64 // attempts sent, retries included
 	Retries     uint64 // retries scheduled
-	RateLimited uint64 // 429 answers
+	RateLimited uint64 // 429 answers, and 403s that are rate limits (GitHub's)
 	Failures    uint64 // upstream failures: 5xx, 529, attempt timeouts, connection errors
 
 	// Breaker is the circuit breaker's state (BreakerClosed when disabled).
