@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Defaults. README lists them in a table; change them with the options below.
+// Defaults; docs/configuration.md lists them (checked by docs_test.go). Change them with the options below.
 const (
 	DefaultMaxRetries      = 5
 	DefaultBackoffBase     = 1 * time.Second
