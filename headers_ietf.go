@@ -1,18 +1,75 @@
 package retryhttp
 
-// The IETF rate-limit header fields (draft-ietf-httpapi-ratelimit-headers):
-// the current draft's RateLimit and RateLimit-Policy, RFC 9651 lists such as
+// The IETF rate-limit header fields (draft-ietf-httpapi-ratelimit-headers),
+// for any server that follows the drafts (Cloudflare among them):
+//
+//	RateLimit, RateLimit-Policy                   the current draft
+//	RateLimit-Limit, -Remaining, -Reset           the older drafts, as Requests
+//
+// The current draft's fields are RFC 9651 lists, such as
 // RateLimit: "default";r=50;t=30 and RateLimit-Policy: "default";q=100;w=60,
-// matched item to policy by name and mapped to a Dimension; and the window
-// that the older drafts state in RateLimit-Limit ("100, 100;w=60") or in a
-// numeric RateLimit-Policy. The values of the older draft's RateLimit-Limit,
-// RateLimit-Remaining and RateLimit-Reset are read like the other families,
-// in headers_ratelimit.go; the lists are parsed by structuredfield.go.
+// matched item to policy by name and mapped to a Dimension; the older
+// drafts state the window in RateLimit-Limit ("100, 100;w=60") or in a
+// numeric RateLimit-Policy. Either way a quota is a fixed window of w
+// seconds: the reset (t, RateLimit-Reset) is delay-seconds to the end of
+// the window, when the quota comes back, not a bucket refilling (an epoch
+// is read as such by the magnitude rule). Taken after Anthropic and
+// OpenAI, the current draft before the older, both before the X-RateLimit-*
+// families. The lists are parsed by structuredfield.go. See
+// docs/providers.md (IETF RateLimit and RateLimit-Policy, IETF RateLimit-*
+// (older drafts)).
 
 import (
 	"strings"
 	"time"
 )
+
+// ietfFields holds the IETF fields of one response: every line of the
+// current draft's structured fields, the first of the older draft's.
+type ietfFields struct {
+	items  []string // RateLimit field lines
+	policy []string // RateLimit-Policy field lines
+	old    rlFields // RateLimit-Limit, -Remaining, -Reset
+}
+
+// collect files the value of k if it is one of the IETF names, and reports
+// whether it was.
+func (c *ietfFields) collect(k string, vs []string) bool {
+	switch k {
+	case "Ratelimit":
+		c.items = vs
+	case "Ratelimit-Policy":
+		c.policy = vs
+	case "Ratelimit-Limit":
+		c.old.limit = vs[0]
+	case "Ratelimit-Remaining":
+		c.old.remaining = vs[0]
+	case "Ratelimit-Reset":
+		c.old.reset = vs[0]
+	default:
+		return false
+	}
+	return true
+}
+
+// quotas gives each dimension the current draft's quota and window.
+func (c *ietfFields) quotas(now time.Time, r *rlResult) {
+	if len(c.items) == 0 && len(c.policy) == 0 {
+		return
+	}
+	q, w := parseIETFRateLimit(c.items, c.policy, now)
+	for _, d := range dimensions {
+		r.take(d, &q[d], w[d], false)
+	}
+}
+
+// oldQuotas gives Requests the older drafts' quota, with the window of the
+// matching policy.
+func (c *ietfFields) oldQuotas(now time.Time, r *rlResult) {
+	if q := c.old.quota(now); q.Known() {
+		r.take(Requests, &q, ietfOldWindow(c.old.limit, c.policy, q), false)
+	}
+}
 
 // ietfPolicy is one RateLimit-Policy member, read.
 type ietfPolicy struct {

@@ -1,23 +1,28 @@
 package retryhttp
 
-// Rate-limit headers: ParseRateLimits and the dispatch over the header
-// families servers use, as their providers document them (see
-// docs/providers.md): Anthropic anthropic-ratelimit-* (RFC 3339 resets),
-// OpenAI x-ratelimit-*-{requests,tokens} and Azure OpenAI's
-// x-rate-limit-*-{requests,tokens} (Go-duration resets), GitHub-style
-// X-RateLimit-* (epoch resets) with Discord's X-RateLimit-Reset-After, X's
-// x-rate-limit-*, and the values of the older IETF draft's RateLimit-Limit,
-// RateLimit-Remaining and RateLimit-Reset. Then the readers of the values
-// all families share: counts, resets and windows. The keys of every family
-// are told apart in one switch (rlHeaders.collect) and the families are
-// ranked in parseRateLimits. The current IETF draft's structured fields
-// are read in headers_ietf.go; the types filled here (RateLimits, Quota,
-// Dimension) are in ratelimit.go.
+// Rate-limit headers: ParseRateLimits, the cheap pass that tells whether a
+// response has any (hasRateLimitKey), and the dispatch over the header
+// families servers use. Each family is in its own file, with the names of
+// its headers (collect) and how they become quotas (quotas):
+//
+//   - headers_anthropic.go: Anthropic's anthropic-ratelimit-*;
+//   - headers_openai.go: OpenAI's x-ratelimit-*-{requests,tokens} and Azure
+//     OpenAI's x-rate-limit-*-{requests,tokens};
+//   - headers_ietf.go: the IETF drafts' RateLimit and RateLimit-Policy
+//     (current) and RateLimit-{Limit,Remaining,Reset} (older);
+//   - headers_github.go: GitHub-style X-RateLimit-* with X-RateLimit-Used
+//     and Discord's X-RateLimit-Reset-After, and X's x-rate-limit-*.
+//
+// rlHeaders.collect files each header under its family in one pass over
+// the header map; parseRateLimits asks the families for their quotas in
+// precedence order, the most specific first, and rlResult.take keeps, per
+// dimension, the first family's. The values all families share (counts,
+// resets, windows) are read in headers_values.go; the types filled here
+// (RateLimits, Quota, Dimension) are in ratelimit.go; docs/providers.md
+// says, per provider, what is read and which test checks it.
 
 import (
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -152,183 +157,8 @@ func hasRateLimitKey(h http.Header) bool {
 // rlFields holds the raw values of one family's headers for one dimension.
 type rlFields struct{ limit, remaining, reset string }
 
-// rlHeaders holds the raw rate-limit header values of one response, by
-// family, as found in one pass over the header map.
-type rlHeaders struct {
-	anthropic [4]rlFields // by Dimension
-	openai    [2]rlFields // Requests, Tokens; x-ratelimit-*-requests|tokens
-	azure     [2]rlFields // Requests, Tokens; x-rate-limit-*-requests|tokens
-	ietf      []string    // RateLimit field lines
-	policy    []string    // RateLimit-Policy field lines
-	ietfOld   rlFields
-	generic   rlFields // X-RateLimit-*
-	used      string   // X-RateLimit-Used
-	resetAft  string   // X-RateLimit-Reset-After
-	twitter   rlFields // X-Rate-Limit-*
-}
-
-func parseRateLimits(h http.Header, now time.Time) RateLimits {
-	var c rlHeaders
-	for k, vs := range h {
-		if len(vs) == 0 {
-			continue
-		}
-		c.collect(k, vs)
-	}
-
-	// Per family, what it says about each dimension, most specific first.
-	var out RateLimits
-	var windows [4]time.Duration
-	var replenishing [4]bool
-	// take gives dimension d the quota q of a family unless a more specific
-	// family, taken earlier, already said something about d.
-	take := func(d Dimension, q *Quota, w time.Duration, repl bool) {
-		if dst := out.Quota(d); !dst.Known() && q.Known() {
-			*dst = *q
-			windows[d], replenishing[d] = w, repl
-		}
-	}
-
-	// Anthropic and OpenAI quotas are token buckets: reset is when the
-	// bucket is full again.
-	for _, d := range dimensions {
-		q := c.anthropic[d].quota(now)
-		take(d, &q, 0, true)
-	}
-
-	for i, d := range [...]Dimension{Requests, Tokens} {
-		q := mergeQuota(c.openai[i].quota(now), c.azure[i].quota(now))
-		take(d, &q, 0, true)
-	}
-
-	if len(c.ietf) > 0 || len(c.policy) > 0 {
-		q, w := parseIETFRateLimit(c.ietf, c.policy, now)
-		for _, d := range dimensions {
-			take(d, &q[d], w[d], false)
-		}
-	}
-
-	if q := c.ietfOld.quota(now); q.Known() {
-		take(Requests, &q, ietfOldWindow(c.ietfOld.limit, c.policy, q), false)
-	}
-
-	g := c.generic.quota(now)
-	if !g.HasRemaining && g.HasLimit && c.used != "" {
-		if used, ok := parseRateCount(c.used); ok && used <= g.Limit {
-			g.Remaining, g.HasRemaining = g.Limit-used, true
-		}
-	}
-	if c.resetAft != "" {
-		if t, coarse, ok := parseResetAt(c.resetAft, now); ok {
-			g.Reset, g.Coarse = t, coarse
-		}
-	}
-	take(Requests, &g, 0, false)
-
-	q := c.twitter.quota(now)
-	take(Requests, &q, 0, false)
-
-	out.Window = windows[Requests]
-	for _, w := range windows {
-		if out.Window == 0 {
-			out.Window = w
-		}
-	}
-	for _, d := range dimensions {
-		if out.Quota(d).Known() {
-			out.Replenishing = replenishing[d]
-			break
-		}
-	}
-	return out
-}
-
-// collect files the first value of one header (all lines of the structured
-// fields) under its family. Unknown keys are ignored.
-func (c *rlHeaders) collect(k string, vs []string) {
-	v := vs[0]
-	switch k {
-	case "Anthropic-Ratelimit-Requests-Limit":
-		c.anthropic[Requests].limit = v
-	case "Anthropic-Ratelimit-Requests-Remaining":
-		c.anthropic[Requests].remaining = v
-	case "Anthropic-Ratelimit-Requests-Reset":
-		c.anthropic[Requests].reset = v
-	case "Anthropic-Ratelimit-Tokens-Limit":
-		c.anthropic[Tokens].limit = v
-	case "Anthropic-Ratelimit-Tokens-Remaining":
-		c.anthropic[Tokens].remaining = v
-	case "Anthropic-Ratelimit-Tokens-Reset":
-		c.anthropic[Tokens].reset = v
-	case "Anthropic-Ratelimit-Input-Tokens-Limit":
-		c.anthropic[InputTokens].limit = v
-	case "Anthropic-Ratelimit-Input-Tokens-Remaining":
-		c.anthropic[InputTokens].remaining = v
-	case "Anthropic-Ratelimit-Input-Tokens-Reset":
-		c.anthropic[InputTokens].reset = v
-	case "Anthropic-Ratelimit-Output-Tokens-Limit":
-		c.anthropic[OutputTokens].limit = v
-	case "Anthropic-Ratelimit-Output-Tokens-Remaining":
-		c.anthropic[OutputTokens].remaining = v
-	case "Anthropic-Ratelimit-Output-Tokens-Reset":
-		c.anthropic[OutputTokens].reset = v
-
-	case "X-Ratelimit-Limit-Requests":
-		c.openai[0].limit = v
-	case "X-Ratelimit-Remaining-Requests":
-		c.openai[0].remaining = v
-	case "X-Ratelimit-Reset-Requests":
-		c.openai[0].reset = v
-	case "X-Ratelimit-Limit-Tokens":
-		c.openai[1].limit = v
-	case "X-Ratelimit-Remaining-Tokens":
-		c.openai[1].remaining = v
-	case "X-Ratelimit-Reset-Tokens":
-		c.openai[1].reset = v
-	case "X-Rate-Limit-Limit-Requests":
-		c.azure[0].limit = v
-	case "X-Rate-Limit-Remaining-Requests":
-		c.azure[0].remaining = v
-	case "X-Rate-Limit-Reset-Requests":
-		c.azure[0].reset = v
-	case "X-Rate-Limit-Limit-Tokens":
-		c.azure[1].limit = v
-	case "X-Rate-Limit-Remaining-Tokens":
-		c.azure[1].remaining = v
-	case "X-Rate-Limit-Reset-Tokens":
-		c.azure[1].reset = v
-
-	case "Ratelimit":
-		c.ietf = vs
-	case "Ratelimit-Policy":
-		c.policy = vs
-	case "Ratelimit-Limit":
-		c.ietfOld.limit = v
-	case "Ratelimit-Remaining":
-		c.ietfOld.remaining = v
-	case "Ratelimit-Reset":
-		c.ietfOld.reset = v
-
-	case "X-Ratelimit-Limit":
-		c.generic.limit = v
-	case "X-Ratelimit-Remaining":
-		c.generic.remaining = v
-	case "X-Ratelimit-Reset":
-		c.generic.reset = v
-	case "X-Ratelimit-Used":
-		c.used = v
-	case "X-Ratelimit-Reset-After":
-		c.resetAft = v
-
-	case "X-Rate-Limit-Limit":
-		c.twitter.limit = v
-	case "X-Rate-Limit-Remaining":
-		c.twitter.remaining = v
-	case "X-Rate-Limit-Reset":
-		c.twitter.reset = v
-	}
-}
-
+// quota reads the three values as they are; a family with more to say
+// (X-RateLimit-Used, a policy window) adds it to what this returns.
 func (f *rlFields) quota(now time.Time) Quota {
 	var q Quota
 	if *f == (rlFields{}) {
@@ -340,142 +170,92 @@ func (f *rlFields) quota(now time.Time) Quota {
 	return q
 }
 
-// mergeQuota fills the fields a lacks from b: two spellings of one family's
-// headers describe the same window, so mixing them is sound.
-func mergeQuota(a, b Quota) Quota {
-	if !a.HasLimit {
-		a.Limit, a.HasLimit = b.Limit, b.HasLimit
-	}
-	if !a.HasRemaining {
-		a.Remaining, a.HasRemaining = b.Remaining, b.HasRemaining
-	}
-	if a.Reset.IsZero() {
-		a.Reset, a.Coarse = b.Reset, b.Coarse
-	}
-	return a
+// rlHeaders holds the raw rate-limit header values of one response, by
+// family, as found in one pass over the header map. Each family's type,
+// with its collect and quotas, is in its headers_<family>.go.
+type rlHeaders struct {
+	anthropic anthropicFields
+	openai    openaiFields
+	ietf      ietfFields
+	github    githubFields
+	x         xFields
 }
 
-// parseRateCount reads a limit or remaining count: a non-negative decimal
-// integer, or the first item of a list ("100, 100;w=60"). Digits beyond
-// int64 are a count larger than anything real, read as math.MaxInt64.
-func parseRateCount(v string) (int64, bool) {
-	for i := 0; i < len(v); i++ {
-		if v[i] == ',' || v[i] == ';' {
-			v = v[:i]
+// collect files the first value of one header (all lines of the structured
+// fields) under its family. Unknown keys are ignored. The first byte of the
+// canonical key says which families may know it, as in hasRateLimitKey;
+// the shortest key any family reads is "Ratelimit".
+func (c *rlHeaders) collect(k string, vs []string) {
+	if len(k) < len("Ratelimit") {
+		return
+	}
+	v := vs[0]
+	switch k[0] {
+	case 'A':
+		c.anthropic.collect(k, v)
+	case 'R':
+		c.ietf.collect(k, vs)
+	case 'X':
+		if !c.openai.collect(k, v) && !c.github.collect(k, v) {
+			c.x.collect(k, v)
+		}
+	}
+}
+
+func parseRateLimits(h http.Header, now time.Time) RateLimits {
+	var c rlHeaders
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		c.collect(k, vs)
+	}
+
+	// Per family, what it says about each dimension, most specific first:
+	// the order of the list in ParseRateLimits.
+	var r rlResult
+	c.anthropic.quotas(now, &r)
+	c.openai.quotas(now, &r)
+	c.ietf.quotas(now, &r)
+	c.ietf.oldQuotas(now, &r)
+	c.github.quotas(now, &r)
+	c.x.quotas(now, &r)
+	return r.result()
+}
+
+// rlResult gathers the quotas the families give, per dimension, with the
+// window and the kind of quota of the family that supplied each.
+type rlResult struct {
+	out          RateLimits
+	windows      [4]time.Duration
+	replenishing [4]bool
+}
+
+// take gives dimension d the quota q of a family, with its policy window w
+// and whether it is a token bucket (repl), unless a more specific family,
+// taken earlier, already said something about d.
+func (r *rlResult) take(d Dimension, q *Quota, w time.Duration, repl bool) {
+	if dst := r.out.Quota(d); !dst.Known() && q.Known() {
+		*dst = *q
+		r.windows[d], r.replenishing[d] = w, repl
+	}
+}
+
+// result sets Window (that of Requests, else of the first dimension that
+// has one) and Replenishing (that of the family that supplied Requests,
+// else the first dimension known).
+func (r *rlResult) result() RateLimits {
+	r.out.Window = r.windows[Requests]
+	for _, w := range r.windows {
+		if r.out.Window == 0 {
+			r.out.Window = w
+		}
+	}
+	for _, d := range dimensions {
+		if r.out.Quota(d).Known() {
+			r.out.Replenishing = r.replenishing[d]
 			break
 		}
 	}
-	v = trimOWS(v)
-	if !isDigits(v) {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return math.MaxInt64, true
-	}
-	return n, true
-}
-
-// parseResetAt reads a reset time; see ParseRateLimits for the forms.
-// coarse reports an absolute time in whole seconds.
-func parseResetAt(v string, now time.Time) (reset time.Time, coarse, ok bool) {
-	v = trimOWS(v)
-	if v == "" {
-		return time.Time{}, false, false
-	}
-	if intPart, frac, ok := splitDecimal(v); ok {
-		t, absolute := resetFromNumber(intPart, frac, now)
-		return t, absolute && frac == "", true
-	}
-	if d, ok := parseGoDuration(v); ok {
-		return now.Add(d), false, true
-	}
-	if v[0] >= '0' && v[0] <= '9' && len(v) >= len("2006-01-02T15:04:05Z") && v[4] == '-' {
-		if t, err := time.Parse(time.RFC3339, v); err == nil {
-			return clampReset(t, now), t.Nanosecond() == 0, true
-		}
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return clampReset(t, now), true, true
-	}
-	return time.Time{}, false, false
-}
-
-// splitDecimal splits "123" or "123.45" into its integer digits and its
-// fraction digits; ok is false for anything else (signs, exponents, NaN).
-func splitDecimal(v string) (intPart, frac string, ok bool) {
-	intPart, frac, dot := strings.Cut(v, ".")
-	if !isDigits(intPart) || dot && !isDigits(frac) {
-		return "", "", false
-	}
-	return intPart, frac, true
-}
-
-// resetFromNumber applies the magnitude rule of ParseRateLimits; epochSeconds
-// reports a Unix time in seconds (absolute, and whole unless frac says more).
-func resetFromNumber(intPart, frac string, now time.Time) (reset time.Time, epochSeconds bool) {
-	n, err := strconv.ParseInt(intPart, 10, 64)
-	if err != nil { // more digits than int64: no epoch, a delay beyond any cap
-		return now.Add(maxServerWait), false
-	}
-	const yearMs = 366 * 24 * 3600 * 1000
-	if n >= 1_000_000_000_000 {
-		if d := n - now.UnixMilli(); d > -yearMs && d < yearMs {
-			return clampReset(time.UnixMilli(n).Add(fracOf(frac, time.Millisecond)), now), false
-		}
-	}
-	if n > maxDelaySeconds && looksLikeEpoch(n, now) {
-		return clampReset(time.Unix(n, int64(fracOf(frac, time.Second))), now), true
-	}
-	if n >= int64(maxServerWait/time.Second) {
-		return now.Add(maxServerWait), false
-	}
-	return now.Add(min(time.Duration(n)*time.Second+fracOf(frac, time.Second), maxServerWait)), false
-}
-
-// fracOf returns the fraction ".frac" of unit, to the nanosecond; digits
-// beyond nanoseconds are dropped.
-func fracOf(frac string, unit time.Duration) time.Duration {
-	var d time.Duration
-	scale := unit
-	for i := 0; i < len(frac) && scale >= 10; i++ {
-		scale /= 10
-		d += time.Duration(frac[i]-'0') * scale
-	}
-	return d
-}
-
-// clampReset keeps an absolute reset within [now, now+maxServerWait], in
-// now's location so all resets print alike.
-func clampReset(t, now time.Time) time.Time {
-	if !t.After(now) {
-		return now
-	}
-	if t.Sub(now) >= maxServerWait {
-		return now.Add(maxServerWait)
-	}
-	return t.In(now.Location())
-}
-
-// parseWindow reads a policy window in seconds (fraction allowed), capped.
-func parseWindow(v string) (time.Duration, bool) {
-	intPart, frac, ok := splitDecimal(v)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(intPart, 10, 64)
-	if err != nil || n >= int64(maxServerWait/time.Second) {
-		return maxServerWait, true
-	}
-	return min(time.Duration(n)*time.Second+fracOf(frac, time.Second), maxServerWait), true
-}
-
-func trimOWS(v string) string {
-	for v != "" && (v[0] == ' ' || v[0] == '\t') {
-		v = v[1:]
-	}
-	for v != "" && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
-		v = v[:len(v)-1]
-	}
-	return v
+	return r.out
 }
