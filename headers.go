@@ -8,9 +8,11 @@ package retryhttp
 // header, the caps on waits, the readers of digits, epochs and Go
 // durations) and the two small signals x-should-retry and the request id.
 // The parsers themselves are in headers_retryafter.go (Retry-After,
-// retry-after-ms), headers_ratelimit.go (the rate-limit header families,
-// ParseRateLimits), headers_ietf.go (the IETF RateLimit fields) and
-// structuredfield.go (the RFC 9651 list parser those use).
+// retry-after-ms), headers_ratelimit.go (ParseRateLimits: the dispatch over
+// the rate-limit header families), one file per family
+// (headers_anthropic.go, headers_openai.go, headers_github.go,
+// headers_ietf.go), headers_values.go (the counts and resets they share)
+// and structuredfield.go (the RFC 9651 list parser the IETF fields use).
 
 import (
 	"net/http"
