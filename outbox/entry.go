@@ -38,8 +38,8 @@ type Entry struct {
 
 	Created  time.Time `json:"created"`
 	Updated  time.Time `json:"updated"`
-	Attempts int       `json:"attempts"`          // sends made, Do's included
-	NextAt   time.Time `json:"next_at"` // the next replay (or the end of the running one's lease); zero unless Pending
+	Attempts int       `json:"attempts"` // sends made, Do's included
+	NextAt   time.Time `json:"next_at"`  // the next replay (or the end of the running one's lease); zero unless Pending
 
 	LastStatus int    `json:"last_status,omitempty"` // the last response's status; 0 if none came back
 	LastError  string `json:"last_error,omitempty"`  // the last failure, for logs (credentials redacted by retryhttp)

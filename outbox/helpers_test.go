@@ -9,31 +9,17 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/retryhttp/retryhttp"
 	"github.com/retryhttp/retryhttp/retrytest"
 )
 
-// fakeNow is the outbox's clock in tests: it moves only when told.
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeNow is the clock of the outbox and of its transport in tests: the
+// transport's waits pass at once, and the outbox's time moves only through
+// them and Advance.
+type fakeNow struct{ *retrytest.Clock }
 
-func newFakeNow() *fakeNow { return &fakeNow{t: time.Now()} }
-
-func (f *fakeNow) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.t
-}
-
-func (f *fakeNow) Advance(d time.Duration) {
-	f.mu.Lock()
-	f.t = f.t.Add(d)
-	f.mu.Unlock()
-}
+func newFakeNow() *fakeNow { return &fakeNow{retrytest.NewClock()} }
 
 // arrival is a request the upstream received.
 type arrival struct {
@@ -111,7 +97,7 @@ func newTestOutbox(t testing.TB, store Store, u *upstream, edit func(*Options)) 
 	t.Helper()
 	now := newFakeNow()
 	o := Options{
-		Transport: testTransport(u.Client().Transport),
+		Transport: testTransport(u.Client().Transport, retryhttp.WithClock(now.Clock)),
 		Store:     store,
 		Authorize: func(r *http.Request) error { r.Header.Set("Authorization", "Bearer replay-token"); return nil },
 		Now:       now.Now,
