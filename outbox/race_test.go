@@ -1,0 +1,6 @@
+//go:build race
+
+package outbox
+
+// raceEnabled reports a test binary built with -race.
+const raceEnabled = true
