@@ -43,6 +43,13 @@ type Stats struct {
 	// the drain of the remaining count measures it) or "observed" (429s
 	// and successes give it: no usable headers).
 	Pacing string
+	// Limits is the rate-limit state the last response that stated one
+	// gave (see ParseRateLimits), read against the upstream's clock;
+	// LimitsAt is when that response came (zero, with Limits, before any
+	// did). Remaining counts are as of LimitsAt: once a quota's Reset has
+	// passed, the quota is whole again.
+	Limits   RateLimits
+	LimitsAt time.Time
 }
 
 // counters are an upstream's running totals for Stats, updated without locks.
@@ -86,6 +93,7 @@ func (u *upstream) snapshot(now time.Time) Stats {
 		s.HeldUntil = u.hold.end
 	}
 	s.Pacing = u.pacer.String()
+	s.Limits, s.LimitsAt = u.stated, u.statedAt
 	u.mu.Unlock()
 	return s
 }
