@@ -289,6 +289,7 @@ func TestStatsKeepTheLastStatedLimits(t *testing.T) {
 	assert.Equal(t, int64(900), s.Limits.Tokens.Remaining)
 	assert.False(t, s.Limits.InputTokens.Known())
 	assert.Equal(t, clk.Now(), s.LimitsAt)
+	assert.Equal(t, clk.Now(), s.At, "the snapshot's time, on the transport's clock")
 }
 
 func TestErrAttemptTimeoutIsExported(t *testing.T) {

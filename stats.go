@@ -16,6 +16,9 @@ type Stats struct {
 	// of the WithKeyFunc value ("key:" and 16 hex digits; the value itself
 	// is never shown).
 	Key string
+	// At is when the snapshot was taken, on the transport's Clock: the
+	// time to read HeldUntil and the resets in Limits against.
+	At time.Time
 
 	Requests    uint64 // requests (first attempts) admitted or refused
 	Attempts    uint64 // attempts sent, retries included
@@ -76,6 +79,7 @@ func (t *RetryTransport) Stats() []Stats {
 func (u *upstream) snapshot(now time.Time) Stats {
 	s := Stats{
 		Key:         u.key.String(),
+		At:          now,
 		Requests:    u.stats.requests.Load(),
 		Attempts:    u.stats.attempts.Load(),
 		Retries:     u.stats.retries.Load(),
