@@ -5,7 +5,6 @@ import (
 	"math"
 	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -244,23 +243,23 @@ func readInt(s retryhttp.Stats, idx []int) int64 {
 
 // attempt records the time an attempt waited to be admitted.
 func (in *instruments) attempt(e retryhttp.Event) {
-	in.queue.Record(ctxOf(e), e.Wait.Seconds(), in.sets.opt(queueSet, e.Key, waitKind(e.WaitKind), "", ""))
+	in.queue.Record(ctxOf(e), e.Wait.Seconds(), in.sets.opt(queueSet, e.Key, waitKind(e.WaitKind), "", "").rec...)
 }
 
 // attemptDone counts an attempt by its outcome.
 func (in *instruments) attemptDone(e retryhttp.Event) {
 	m, _ := method(e.Method)
-	in.attempts.Add(ctxOf(e), 1, in.sets.opt(attemptSet, e.Key, m, outcomeOf(e.StatusCode, e.Err, e.Retryable), reasonOf(e.StatusCode, e.Err, e.Retryable)))
+	in.attempts.Add(ctxOf(e), 1, in.sets.opt(attemptSet, e.Key, m, outcomeOf(e.StatusCode, e.Err, e.Retryable), reasonOf(e.StatusCode, e.Err, e.Retryable)).add...)
 }
 
 func (in *instruments) retry(e retryhttp.Event) {
 	m, _ := method(e.Method)
-	in.retryDelay.Record(ctxOf(e), e.Wait.Seconds(), in.sets.opt(retrySet, e.Key, m, waitKind(e.WaitKind), ""))
+	in.retryDelay.Record(ctxOf(e), e.Wait.Seconds(), in.sets.opt(retrySet, e.Key, m, waitKind(e.WaitKind), "").rec...)
 }
 
 func (in *instruments) giveUp(e retryhttp.Event) {
 	m, _ := method(e.Method)
-	in.givenUp.Add(ctxOf(e), 1, in.sets.opt(givenUpSet, e.Key, m, stopReason(e.Stop), ""))
+	in.givenUp.Add(ctxOf(e), 1, in.sets.opt(givenUpSet, e.Key, m, stopReason(e.Stop), "").add...)
 }
 
 func (in *instruments) breaker(e retryhttp.BreakerEvent) {
@@ -269,7 +268,7 @@ func (in *instruments) breaker(e retryhttp.BreakerEvent) {
 
 // request records a logical request's duration and verdict.
 func (in *instruments) request(ctx context.Context, c *call, verdict string, d time.Duration) {
-	in.requestDur.Record(ctx, d.Seconds(), in.sets.opt(requestSet, c.key, c.method, verdict, ""))
+	in.requestDur.Record(ctx, d.Seconds(), in.sets.opt(requestSet, c.key, c.method, verdict, "").rec...)
 }
 
 func ctxOf(e retryhttp.Event) context.Context {
@@ -301,27 +300,39 @@ type setKey struct {
 }
 
 type attrCache struct {
-	m sync.Map // setKey → attribute.Set
-	n atomic.Int64
+	mu sync.RWMutex
+	m  map[setKey]setOpts
 }
 
-// opt returns the measurement option for the set of shape with these
-// values (empty ones left out).
-func (ac *attrCache) opt(shape setShape, a, b, c, d string) metric.MeasurementOption {
-	return metric.WithAttributeSet(ac.set(setKey{shape, a, b, c, d}))
+// setOpts are the options that record a measurement with one attribute
+// set, as the slices the instruments' variadic methods take (passing a
+// slice on does not allocate).
+type setOpts struct {
+	rec []metric.RecordOption
+	add []metric.AddOption
 }
 
-func (ac *attrCache) set(k setKey) attribute.Set {
-	if v, ok := ac.m.Load(k); ok {
-		return v.(attribute.Set)
+// opt returns the options for the set of shape with these values (empty
+// ones left out).
+func (ac *attrCache) opt(shape setShape, a, b, c, d string) setOpts {
+	k := setKey{shape, a, b, c, d}
+	ac.mu.RLock()
+	o, ok := ac.m[k]
+	ac.mu.RUnlock()
+	if ok {
+		return o
 	}
-	s := k.build()
-	if ac.n.Load() < maxCachedSets {
-		if _, loaded := ac.m.LoadOrStore(k, s); !loaded {
-			ac.n.Add(1)
-		}
+	set := metric.WithAttributeSet(k.build())
+	o = setOpts{rec: []metric.RecordOption{set}, add: []metric.AddOption{set}}
+	ac.mu.Lock()
+	if ac.m == nil {
+		ac.m = make(map[setKey]setOpts)
 	}
-	return s
+	if len(ac.m) < maxCachedSets {
+		ac.m[k] = o
+	}
+	ac.mu.Unlock()
+	return o
 }
 
 // build makes the set a key stands for.

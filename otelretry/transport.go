@@ -161,9 +161,30 @@ type call struct {
 	stop     error  // OnGiveUp's stop reason
 	stopText string
 	noBody   bool // the attempt's base response had http.NoBody
+
+	// Room for attributes, so that most requests need no slices of their
+	// own: the logical span's (at its start, then at its end: the SDK
+	// copies them), an attempt span's, and the upstream for otelhttp's
+	// metric.
+	attrs  [8]attribute.KeyValue
+	annot  [2]attribute.KeyValue
+	upAttr [1]attribute.KeyValue
 }
 
 type callKey struct{}
+
+var internalKind = trace.WithSpanKind(trace.SpanKindInternal)
+
+// spanName names the logical span: "retryhttp GET".
+func spanName(method string) string {
+	switch method {
+	case http.MethodGet:
+		return "retryhttp GET"
+	case http.MethodPost:
+		return "retryhttp POST"
+	}
+	return "retryhttp " + method
+}
 
 func callOf(ctx context.Context) *call {
 	if ctx == nil {
@@ -179,17 +200,16 @@ func callOf(ctx context.Context) *call {
 // attempt's client span ends when its body is read or closed.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	m, known := method(req.Method)
-	attrs := make([]attribute.KeyValue, 0, 5)
-	attrs = append(attrs, methodKey.String(m))
+	c := &call{start: time.Now(), method: m}
+	attrs := append(c.attrs[:0], methodKey.String(m))
 	if !known {
 		attrs = append(attrs, methodOrigKey.String(req.Method))
 	}
 	if req.URL != nil {
 		attrs = appendServer(attrs, req.URL)
 	}
-	ctx, span := t.tracer.Start(req.Context(), "retryhttp "+m,
-		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-	c := &call{span: span, start: time.Now(), method: m}
+	ctx, span := t.tracer.Start(req.Context(), spanName(m), internalKind, trace.WithAttributes(attrs...))
+	c.span = span
 	ctx = context.WithValue(ctx, callKey{}, c)
 	sent := req.WithContext(ctx)
 	resp, err := t.rt.RoundTrip(sent)
@@ -205,10 +225,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) end(ctx context.Context, c *call, req *http.Request, resp *http.Response, err error) {
 	verdict, errType := verdictSuccess, ""
 	status, attempts := 0, c.attempt
-	var e *retryhttp.Error
+	var e *retryhttp.Error // only on errors: errors.As makes it escape
 	switch {
 	case err != nil:
-		errors.As(err, &e)
+		e = asError(err)
 		errType = errorReason(err)
 		verdict = verdictFailure
 		if e != nil {
@@ -240,8 +260,7 @@ func (t *Transport) end(ctx context.Context, c *call, req *http.Request, resp *h
 	}
 	span := c.span
 	if span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 8)
-		attrs = append(attrs, VerdictKey.String(verdict), AttemptsKey.Int(attempts))
+		attrs := append(c.attrs[:0], VerdictKey.String(verdict), AttemptsKey.Int(attempts))
 		if c.key != "" {
 			attrs = append(attrs, UpstreamKey.String(c.key))
 		}
@@ -272,21 +291,30 @@ func (t *Transport) end(ctx context.Context, c *call, req *http.Request, resp *h
 	t.m.request(ctx, c, verdict, time.Since(c.start))
 }
 
-// appendServer adds server.address and server.port for u.
+// asError returns the *retryhttp.Error in err's chain, or nil.
+func asError(err error) *retryhttp.Error {
+	var e *retryhttp.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}
+
+// appendServer adds server.address, and server.port when it is not the
+// scheme's default, as otelhttp does on the attempts' spans.
 func appendServer(attrs []attribute.KeyValue, u *url.URL) []attribute.KeyValue {
 	host := u.Hostname()
 	if host == "" {
 		return attrs
 	}
 	attrs = append(attrs, serverAddrKey.String(host))
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err == nil {
-			attrs = append(attrs, serverPortKey.Int(n))
-		}
-	} else if u.Scheme == "https" {
-		attrs = append(attrs, serverPortKey.Int(443))
-	} else if u.Scheme == "http" {
-		attrs = append(attrs, serverPortKey.Int(80))
+	port := u.Port()
+	if port == "" {
+		return attrs
+	}
+	p, err := strconv.Atoi(port)
+	if err == nil && p > 0 && !(u.Scheme == "https" && p == 443) && !(u.Scheme == "http" && p == 80) {
+		attrs = append(attrs, serverPortKey.Int(p))
 	}
 	return attrs
 }
@@ -340,15 +368,20 @@ func (a *annotateTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	span := trace.SpanFromContext(req.Context())
 	c := callOf(req.Context())
 	if span.IsRecording() {
+		var attrs []attribute.KeyValue
+		if c != nil {
+			attrs = c.annot[:0]
+		}
 		switch {
 		case c != nil && c.url != "":
-			span.SetAttributes(urlFullKey.String(c.url))
+			attrs = append(attrs, urlFullKey.String(c.url))
 		case req.URL != nil:
-			span.SetAttributes(urlFullKey.String(redactURL(req.URL)))
+			attrs = append(attrs, urlFullKey.String(redactURL(req.URL)))
 		}
 		if c != nil && c.attempt > 1 {
-			span.SetAttributes(resendCountKey.Int(c.attempt - 1))
+			attrs = append(attrs, resendCountKey.Int(c.attempt-1))
 		}
+		span.SetAttributes(attrs...)
 	}
 	resp, err := a.next.RoundTrip(req)
 	if c != nil && err == nil && resp != nil && resp.Body == http.NoBody {
@@ -359,10 +392,14 @@ func (a *annotateTransport) RoundTrip(req *http.Request) (*http.Response, error)
 
 // upstreamOfAttempt adds the upstream to http.client.request.duration.
 func upstreamOfAttempt(req *http.Request) []attribute.KeyValue {
-	if c := callOf(req.Context()); c != nil && c.key != "" {
-		return []attribute.KeyValue{UpstreamKey.String(c.key)}
+	c := callOf(req.Context())
+	if c == nil || c.key == "" {
+		return nil
 	}
-	return nil
+	if c.upAttr[0].Value.AsString() != c.key {
+		c.upAttr[0] = UpstreamKey.String(c.key)
+	}
+	return c.upAttr[:]
 }
 
 // Version is this module's version, reported as the instrumentation scope's.
