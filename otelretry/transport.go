@@ -240,8 +240,8 @@ func (t *Transport) end(ctx context.Context, c *call, req *http.Request, resp *h
 		switch {
 		case c.stop != nil:
 			verdict = verdictGaveUp
-		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || req.Context().Err() != nil:
-			verdict = verdictCanceled
+		case req.Context().Err() != nil:
+			verdict = verdictCanceled // the caller's context ended
 		}
 	default:
 		status = resp.StatusCode
