@@ -148,7 +148,8 @@ func (c *call) logAttempt() {
 }
 
 // logAttemptDone calls OnAttemptDone with the attempt's outcome, if it is
-// set; start is when the attempt was handed to the base transport.
+// set; send noted in c.sentAt when the attempt was handed to the base
+// transport.
 func (c *call) logAttemptDone(o outcome) {
 	h := c.t.cfg.hooks.OnAttemptDone
 	if h == nil {
