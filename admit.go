@@ -24,6 +24,7 @@ func (c *call) admit() (admission, error) {
 	t := c.t
 	u := t.upstreams.get(c.key, t.newUpstream)
 	c.u = u
+	c.admitted = admitWait{}
 	a := admission{pass: pass{u: u}}
 	if c.attempts == 0 {
 		u.stats.requests.Add(1)
@@ -42,10 +43,15 @@ func (c *call) admit() (admission, error) {
 			return admission{}, err
 		}
 	}
-	if err := t.slots.acquire(c.ctx); err != nil {
-		u.breaker.abandon(a.probe)
-		a.pass.abandon(t.cfg.clock.Now())
-		return admission{}, err
+	if !t.slots.tryAcquire() {
+		start := c.waitStart()
+		err := t.slots.acquire(c.ctx)
+		c.waited(WaitConcurrency, start)
+		if err != nil {
+			u.breaker.abandon(a.probe)
+			a.pass.abandon(t.cfg.clock.Now())
+			return admission{}, err
+		}
 	}
 	a.hasSlot = t.slots != nil
 	return a, nil
@@ -102,7 +108,7 @@ func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 		u.unbook(t)
 		return pass{}, c.rateLimited(now, start)
 	}
-	if err := c.awaitTurn(u, t, limitAt, latest); err != nil {
+	if err := c.awaitTurn(u, t, limitAt, latest, w != nil); err != nil {
 		booked.cancel(c.t.cfg.clock.Now())
 		u.unbook(t)
 		return pass{}, err
@@ -131,8 +137,9 @@ func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (time.Time, reserv
 // attempt. The turn is looked at again whenever a wait ends: a 429 may have
 // held the upstream meanwhile (every waiting request pauses, not only new
 // ones), and a new reading may have changed the pace (a quicker pace wakes
-// the waiters at once).
-func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time) error {
+// the waiters at once). behindProbe: the turn is the one the probe's
+// answer gave (a slow-start ramp), for what OnAttempt reports it waited for.
+func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time, behindProbe bool) error {
 	for {
 		now := c.t.cfg.clock.Now()
 		at, quicker, again := u.recheck(now, &t, c.policy.jitter)
@@ -155,12 +162,55 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time) error {
 			}
 			wake = latest
 		}
+		kind := WaitPace
+		switch {
+		case limitAt.After(at):
+			kind = WaitLimit
+		case t.probe || t.held.After(now):
+			kind = WaitHold
+		case behindProbe && !t.paced:
+			kind = WaitProbe
+		}
+		since := c.waitStart()
 		u.stats.queued.Add(1)
 		err := c.sleep(wake.Sub(now), quicker)
 		u.stats.queued.Add(-1)
+		c.waited(kind, since)
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// admitWait is what an attempt waited for before it was admitted, as
+// OnAttempt reports it (and OnGiveUp, for a refusal). It is measured only
+// when one of those hooks is set (see waitStart).
+type admitWait struct {
+	total   time.Duration // every wait, added up
+	longest time.Duration // the longest one, which kind names
+	kind    WaitKind
+}
+
+// waitStart returns the start of a wait to be admitted: the clock's time
+// when a hook will read the wait, else the zero time, and waited ignores it.
+func (c *call) waitStart() time.Time {
+	if h := &c.t.cfg.hooks; h.OnAttempt == nil && h.OnGiveUp == nil {
+		return time.Time{}
+	}
+	return c.t.cfg.clock.Now()
+}
+
+// waited notes a wait to be admitted, for kind, that began at start. A
+// wait that took no time on the clock (behind a probe, on a fake clock)
+// still names its kind if nothing longer does.
+func (c *call) waited(kind WaitKind, start time.Time) {
+	if start.IsZero() {
+		return
+	}
+	d := c.t.cfg.clock.Now().Sub(start)
+	c.admitted.total += d
+	if d >= c.admitted.longest {
+		c.admitted.longest, c.admitted.kind = d, kind
 	}
 }
 
@@ -204,9 +254,11 @@ func (c *call) latestStart(now time.Time) time.Time {
 // awaitProbe waits for the upstream's probe to answer, or for the waiter's
 // ramp time, whichever comes first, and returns when to start.
 func (c *call) awaitProbe(u *upstream, w *waiter) (turn, pass, error) {
+	start := c.waitStart()
 	u.stats.queued.Add(1)
-	defer u.stats.queued.Add(-1)
 	err := c.sleep(w.at.Sub(c.t.cfg.clock.Now()), w.released)
+	u.stats.queued.Add(-1)
+	c.waited(WaitProbe, start)
 	t := u.claim(w)
 	if err != nil {
 		return turn{}, pass{}, err

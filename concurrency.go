@@ -36,6 +36,21 @@ func (s slots) acquire(ctx context.Context) error {
 	}
 }
 
+// tryAcquire takes a slot if one is free now. A request that finds none
+// waits in acquire; slots freed meanwhile go to the waiters first, so
+// trying first does not jump the queue.
+func (s slots) tryAcquire() bool {
+	if s == nil {
+		return true
+	}
+	select {
+	case s <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 func (s slots) release() {
 	if s != nil {
 		<-s

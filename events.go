@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -8,21 +9,88 @@ import (
 
 // Event describes one step of a request's life, for hooks. Its URL, error
 // text and reason are redacted as Error's are: no credentials reach a hook.
+//
+// Durations (Wait, Duration) are measured on the transport's Clock.
 type Event struct {
+	// Context is the request's context: a tracer finds the caller's span
+	// in it, and a hook can tell the requests of one caller apart.
+	Context context.Context
+	// Key names the upstream, as Stats does (credentials fingerprinted).
+	Key        string
 	Method     string
-	URL        string        // redacted
-	Attempt    int           // the attempt this event is about, from 1
-	StatusCode int           // the attempt's status; 0 if none came back
-	Err        error         // the attempt's error, its message redacted
-	Wait       time.Duration // OnRetry: the wait before the next attempt
-	Reason     string        // OnRetry: what failed; OnGiveUp: why retrying stopped
+	URL        string // redacted
+	Attempt    int    // the attempt this event is about, from 1
+	StatusCode int    // the attempt's status; 0 if none came back
+	Err        error  // the attempt's error, its message redacted
+	// Wait is, for OnRetry, the wait before the next attempt; for OnAttempt,
+	// how long this attempt waited to be admitted (0: it did not wait);
+	// for OnGiveUp of a request refused before it was sent (ErrRateLimited,
+	// ErrCircuitOpen), how long it waited before it was refused.
+	Wait time.Duration
+	// WaitKind says what Wait was for: WaitBackoff or WaitServer on
+	// OnRetry; on OnAttempt and OnGiveUp, what held the attempt back the
+	// longest (WaitHold, WaitPace, WaitProbe, WaitLimit, WaitBreaker,
+	// WaitConcurrency), or WaitNone.
+	WaitKind WaitKind
+	// Duration is, for OnAttemptDone, how long the attempt took: from the
+	// moment it was handed to the base transport until its response
+	// headers or its error came back.
+	Duration time.Duration
+	// Retryable is, for OnAttemptDone, the transport's verdict on the
+	// attempt: its outcome is transient, and another attempt may succeed
+	// (whether one is made is for the policy: OnRetry or OnGiveUp follows).
+	Retryable bool
+	// Stop is, for OnGiveUp, why retrying stopped, as a sentinel for
+	// errors.Is: ErrRetriesExhausted, ErrServerWaitTooLong, ErrPastDeadline,
+	// ErrRetryBudgetSpent, ErrBodyNotReplayable, ErrRateLimited or
+	// ErrCircuitOpen. Reason says the same in words, with the figures.
+	Stop error
+	// Reason is, for OnRetry and OnAttemptDone, the attempt's outcome in
+	// words ("503 Service Unavailable", or the error); for OnGiveUp, why
+	// retrying stopped.
+	Reason string
 }
+
+// WaitKind names what a request waited for. Its values are few and fixed,
+// fit for a metric's attribute.
+type WaitKind string
+
+const (
+	// WaitNone: the attempt did not wait.
+	WaitNone WaitKind = ""
+	// WaitBackoff: the backoff schedule's wait between attempts.
+	WaitBackoff WaitKind = "backoff"
+	// WaitServer: a wait between attempts that the server asked for
+	// (Retry-After, retry-after-ms, the reset of an exhausted rate limit).
+	WaitServer WaitKind = "server"
+	// WaitHold: the upstream was held by an earlier 429 or a used-up quota.
+	WaitHold WaitKind = "hold"
+	// WaitPace: the attempt waited for its paced turn (the rate the
+	// upstream allows).
+	WaitPace WaitKind = "pace"
+	// WaitProbe: the attempt queued behind the probe that slow start sends
+	// first to an upstream that is new or back from a hold.
+	WaitProbe WaitKind = "probe"
+	// WaitLimit: the client-side limits (WithRateLimit, a shared quota)
+	// had no room yet.
+	WaitLimit WaitKind = "limit"
+	// WaitBreaker: the upstream's circuit breaker was open or probing.
+	WaitBreaker WaitKind = "breaker"
+	// WaitConcurrency: every WithMaxConcurrency slot was taken.
+	WaitConcurrency WaitKind = "concurrency"
+)
 
 // Hooks are called synchronously as a request progresses, so they should be
 // quick: count in your metrics, do not block. A nil hook is skipped.
 type Hooks struct {
-	OnAttempt func(Event) // before each attempt is sent
-	OnRetry   func(Event) // when a retry is scheduled, with its wait
+	// OnAttempt is called before each attempt is sent, once it has been
+	// admitted; Wait and WaitKind say how long it waited for that, and why.
+	OnAttempt func(Event)
+	// OnAttemptDone is called after each attempt sent, once its response
+	// headers or its error came back and the transport judged it: status or
+	// error, Duration, Retryable.
+	OnAttemptDone func(Event)
+	OnRetry       func(Event) // when a retry is scheduled, with its wait and WaitKind
 	// OnGiveUp is called when retrying stops early while the outcome is
 	// still transient: retries exhausted, a server wait or a deadline too
 	// far, the retry budget spent, or a request refused before its first
@@ -48,7 +116,10 @@ func WithHooks(h Hooks) Option {
 // event describes the call's last attempt; reason is redacted for it.
 func (c *call) event(resp *http.Response, err error, reason string) Event {
 	creds := c.creds()
-	e := Event{Method: methodOf(c.req), URL: creds.url(c.req.URL), Attempt: c.attempts, Reason: creds.text(reason)}
+	if c.keyName == "" {
+		c.keyName = c.key.String() // once: a WithKeyFunc key is hashed
+	}
+	e := Event{Context: c.ctx, Key: c.keyName, Method: methodOf(c.req), URL: creds.url(c.req.URL), Attempt: c.attempts, Reason: creds.text(reason)}
 	if resp != nil {
 		e.StatusCode = resp.StatusCode
 	}
@@ -65,7 +136,9 @@ func (c *call) creds() *credentials { return credentialsOf(c.req) }
 func (c *call) logAttempt() {
 	cfg := &c.t.cfg
 	if cfg.hooks.OnAttempt != nil {
-		cfg.hooks.OnAttempt(c.event(nil, nil, ""))
+		e := c.event(nil, nil, "")
+		e.Wait, e.WaitKind = c.admitted.total, c.admitted.kind
+		cfg.hooks.OnAttempt(e)
 	}
 	if cfg.logger != nil && cfg.logger.Enabled(c.ctx, slog.LevelDebug) {
 		cfg.logger.LogAttrs(c.ctx, slog.LevelDebug, "retryhttp: attempt",
@@ -74,25 +147,46 @@ func (c *call) logAttempt() {
 	}
 }
 
-func (c *call) logRetry(resp *http.Response, err error, wait time.Duration) {
+// logAttemptDone calls OnAttemptDone with the attempt's outcome, if it is
+// set; send noted in c.sentAt when the attempt was handed to the base
+// transport.
+func (c *call) logAttemptDone(o outcome) {
+	h := c.t.cfg.hooks.OnAttemptDone
+	if h == nil {
+		return
+	}
+	e := c.event(o.resp, o.err, outcomeText(o.resp, o.err))
+	e.Duration = c.t.cfg.clock.Now().Sub(c.sentAt)
+	e.Retryable = o.retry
+	h(e)
+}
+
+func (c *call) logRetry(resp *http.Response, err error, wait time.Duration, kind WaitKind) {
 	cfg := &c.t.cfg
 	if cfg.hooks.OnRetry == nil && cfg.logger == nil {
 		return
 	}
 	e := c.event(resp, err, outcomeText(resp, err))
-	e.Wait = wait
+	e.Wait, e.WaitKind = wait, kind
 	if cfg.hooks.OnRetry != nil {
 		cfg.hooks.OnRetry(e)
 	}
 	c.log(slog.LevelInfo, "retryhttp: retrying", e)
 }
 
-func (c *call) logGiveUp(resp *http.Response, err error, why string) {
+// logGiveUp reports that retrying stopped early; stop is the sentinel
+// that says why. refused: the attempt was refused before it was sent, after
+// the wait to be admitted that the event reports.
+func (c *call) logGiveUp(resp *http.Response, err error, stop error, why string, refused bool) {
 	cfg := &c.t.cfg
 	if cfg.hooks.OnGiveUp == nil && cfg.logger == nil {
 		return
 	}
 	e := c.event(resp, err, why)
+	e.Stop = stop
+	if refused {
+		e.Wait, e.WaitKind = c.admitted.total, c.admitted.kind
+	}
 	if cfg.hooks.OnGiveUp != nil {
 		cfg.hooks.OnGiveUp(e)
 	}

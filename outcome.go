@@ -47,6 +47,16 @@ type outcome struct {
 	serverWait time.Duration
 }
 
+// waitKind names the wait before the retry that follows the outcome: the
+// server's (Retry-After, a rate limit's reset) when it asked for one, else
+// the backoff's.
+func (o outcome) waitKind() WaitKind {
+	if o.serverWait > 0 {
+		return WaitServer
+	}
+	return WaitBackoff
+}
+
 // health is what one attempt's outcome says about the upstream.
 type health int
 

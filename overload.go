@@ -40,7 +40,10 @@ func (c *call) awaitBreaker(u *upstream) (uint64, error) {
 		ok, probe, retryAt, changed := b.allow(now)
 		if ok {
 			if waited && probe == 0 {
-				if err := c.sleep(b.releaseAt(now, rand.Float64()).Sub(now), nil); err != nil {
+				start := c.waitStart()
+				err := c.sleep(b.releaseAt(now, rand.Float64()).Sub(now), nil)
+				c.waited(WaitBreaker, start)
+				if err != nil {
 					return 0, err
 				}
 			}
@@ -52,9 +55,11 @@ func (c *call) awaitBreaker(u *upstream) (uint64, error) {
 			}
 		}
 		waited = true
+		start := c.waitStart()
 		u.stats.queued.Add(1)
 		err := c.sleep(retryAt.Sub(now), changed)
 		u.stats.queued.Add(-1)
+		c.waited(WaitBreaker, start)
 		if err != nil {
 			return 0, err
 		}

@@ -205,21 +205,57 @@ var (
 // that may quote a URL or echo a key: URL userinfo, secret-looking key=value
 // and "key": "value" pairs, Bearer/Basic credentials and well-known API key
 // shapes.
+//
+// Each pattern runs only on text that holds what any match of it must (an
+// '@' after a "://", a '"', one of the scheme words, one of the key
+// prefixes): most text (a status line, a URL without credentials) has none,
+// and hooks and logs redact text on every attempt.
 func redactText(s string) string {
 	if s == "" {
 		return s
 	}
-	s = userinfoPattern.ReplaceAllString(s, "${1}"+redacted+"@")
+	if strings.IndexByte(s, '@') >= 0 && strings.Contains(s, "://") {
+		s = userinfoPattern.ReplaceAllString(s, "${1}"+redacted+"@")
+	}
 	s = redactPairs(s)
-	s = jsonPairPattern.ReplaceAllStringFunc(s, func(m string) string {
-		sub := jsonPairPattern.FindStringSubmatch(m)
-		if !secretQueryKey(sub[1]) {
-			return m
+	if strings.IndexByte(s, '"') >= 0 {
+		s = jsonPairPattern.ReplaceAllStringFunc(s, func(m string) string {
+			sub := jsonPairPattern.FindStringSubmatch(m)
+			if !secretQueryKey(sub[1]) {
+				return m
+			}
+			return `"` + sub[1] + `"` + sub[2] + `"` + redacted + `"`
+		})
+	}
+	if !ascii(s) || containsFold(s, "bearer") || containsFold(s, "basic") || containsFold(s, "token") {
+		s = schemePattern.ReplaceAllString(s, "${1} "+redacted)
+	}
+	if mayHoldToken(s) {
+		s = tokenPattern.ReplaceAllString(s, redacted)
+	}
+	return s
+}
+
+// ascii reports whether s is all ASCII: containsFold compares bytes, and
+// (?i) folds a few other runes to ASCII letters (the Kelvin sign to k).
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
 		}
-		return `"` + sub[1] + `"` + sub[2] + `"` + redacted + `"`
-	})
-	s = schemePattern.ReplaceAllString(s, "${1} "+redacted)
-	return tokenPattern.ReplaceAllString(s, redacted)
+	}
+	return true
+}
+
+// mayHoldToken reports whether s holds what every match of tokenPattern
+// holds: one of its prefixes ("k_live_" and "k_test_" for [sr]k_...).
+func mayHoldToken(s string) bool {
+	for _, p := range []string{"sk-", "k_live_", "k_test_", "gh", "github_pat_", "xox", "AKIA", "AIza"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // redactPairs replaces the value of every key=value pair whose key looks

@@ -16,6 +16,9 @@ type Stats struct {
 	// of the WithKeyFunc value ("key:" and 16 hex digits; the value itself
 	// is never shown).
 	Key string
+	// At is when the snapshot was taken, on the transport's Clock: the
+	// time to read HeldUntil and the resets in Limits against.
+	At time.Time
 
 	Requests    uint64 // requests (first attempts) admitted or refused
 	Attempts    uint64 // attempts sent, retries included
@@ -43,6 +46,13 @@ type Stats struct {
 	// the drain of the remaining count measures it) or "observed" (429s
 	// and successes give it: no usable headers).
 	Pacing string
+	// Limits is the rate-limit state the last response that stated one
+	// gave (see ParseRateLimits), read against the upstream's clock;
+	// LimitsAt is when that response came (zero, with Limits, before any
+	// did). Remaining counts are as of LimitsAt: once a quota's Reset has
+	// passed, the quota is whole again.
+	Limits   RateLimits
+	LimitsAt time.Time
 }
 
 // counters are an upstream's running totals for Stats, updated without locks.
@@ -69,6 +79,7 @@ func (t *RetryTransport) Stats() []Stats {
 func (u *upstream) snapshot(now time.Time) Stats {
 	s := Stats{
 		Key:         u.key.String(),
+		At:          now,
 		Requests:    u.stats.requests.Load(),
 		Attempts:    u.stats.attempts.Load(),
 		Retries:     u.stats.retries.Load(),
@@ -86,6 +97,7 @@ func (u *upstream) snapshot(now time.Time) Stats {
 		s.HeldUntil = u.hold.end
 	}
 	s.Pacing = u.pacer.String()
+	s.Limits, s.LimitsAt = u.stated, u.statedAt
 	u.mu.Unlock()
 	return s
 }

@@ -88,6 +88,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err := c.send(a)
 		o := c.judge(a, resp, err)
+		c.logAttemptDone(o)
 		c.observe(a, o)
 		if !o.retry {
 			return c.finish(o, nil)
@@ -99,7 +100,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if stop != nil {
 			return c.finish(o, stop)
 		}
-		c.logRetry(o.resp, o.err, wait)
+		c.logRetry(o.resp, o.err, wait, o.waitKind())
 		discard(o.resp)
 		if err := c.sleep(wait, nil); err != nil {
 			return c.canceled(nil, err)
@@ -112,6 +113,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 type call struct {
 	t          *RetryTransport
 	key        upstreamKey
+	keyName    string    // key.String(), once an event needed it
 	u          *upstream // the upstream's state, once admit has looked it up
 	req        *http.Request
 	ctx        context.Context
@@ -125,6 +127,10 @@ type call struct {
 	// foreignErrors counts the attempts that ended in an error that is not
 	// a network error (see judgeError).
 	foreignErrors int
+	// admitted is what the attempt being admitted waited for, and sentAt
+	// when it was sent: measured only for hooks (see timed).
+	admitted admitWait
+	sentAt   time.Time
 
 	estimated           bool // inTokens and outTokens hold the estimate
 	inTokens, outTokens int
@@ -166,6 +172,9 @@ func (c *call) send(a admission) (*http.Response, error) {
 		a.pass.u.stats.attempts.Add(1)
 	}
 	c.logAttempt()
+	if c.t.cfg.hooks.OnAttemptDone != nil {
+		c.sentAt = c.t.cfg.clock.Now()
+	}
 	resp, err := c.t.cfg.base.RoundTrip(out)
 	if resp == nil && err == nil {
 		err = errNoOutcome
@@ -253,7 +262,7 @@ func (c *call) finish(o outcome, stop *stopReason) (*http.Response, error) {
 	var why string
 	if stop != nil {
 		why = stop.text
-		c.logGiveUp(o.resp, o.err, why)
+		c.logGiveUp(o.resp, o.err, stop.err, why, false)
 	}
 	if o.err == nil {
 		if b := trackedBody(o.resp); b != nil && (o.resp.StatusCode >= 400 || stop != nil) {
@@ -278,7 +287,7 @@ func (c *call) finish(o outcome, stop *stopReason) (*http.Response, error) {
 // (ErrRateLimited), or the context's error while waiting to be admitted.
 func (c *call) refused(err error) (*http.Response, error) {
 	if e, ok := err.(*Error); ok {
-		c.logGiveUp(nil, err, e.StopReason)
+		c.logGiveUp(nil, err, e.Err, e.StopReason, true)
 		return nil, e
 	}
 	return c.canceled(nil, err)

@@ -24,16 +24,18 @@ type upstream struct {
 	touched        atomic.Uint64 // when last used (see upstreamTable)
 	born           time.Time     // when first seen
 
-	mu      sync.Mutex    // guards start, hold, pacer, clock and replies
-	start   slowStart     // the probe, and the requests queued behind it (slowstart.go)
-	hold    holds         // a 429's or a used-up quota's, within the bound (holds.go)
-	pacer                 // spaces attempts at the rate the upstream allows (pacer.go)
-	clock   serverClock   // the upstream's clock, from its Date headers (serverclock.go)
-	replies uint64        // attempts answered (a response or an error), of pacer.sent
-	limits  *clientLimits // the client-side limits (own locks); nil without WithRateLimit
-	breaker *breaker      // the circuit breaker (own lock); nil when disabled
-	budget  *budget       // the retry budget (own lock); nil when disabled
-	stats   counters      // running totals for Stats, atomic
+	mu       sync.Mutex    // guards start, hold, pacer, clock and replies
+	start    slowStart     // the probe, and the requests queued behind it (slowstart.go)
+	hold     holds         // a 429's or a used-up quota's, within the bound (holds.go)
+	pacer                  // spaces attempts at the rate the upstream allows (pacer.go)
+	clock    serverClock   // the upstream's clock, from its Date headers (serverclock.go)
+	replies  uint64        // attempts answered (a response or an error), of pacer.sent
+	stated   RateLimits    // the last rate-limit state a response stated, for Stats
+	statedAt time.Time     // when it came
+	limits   *clientLimits // the client-side limits (own locks); nil without WithRateLimit
+	breaker  *breaker      // the circuit breaker (own lock); nil when disabled
+	budget   *budget       // the retry budget (own lock); nil when disabled
+	stats    counters      // running totals for Stats, atomic
 }
 
 // newUpstream makes the state of an upstream seen for the first time.
@@ -322,6 +324,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		moved = true
 	}
 	if limits.Known() {
+		u.stated, u.statedAt = limits, now
 		moved = u.learnLocked(now, limits, p.sent, throttled) || moved
 	}
 	if u.limits != nil && limits.Known() {

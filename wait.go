@@ -8,9 +8,14 @@ import (
 	"time"
 )
 
-// errAttemptTimeout marks an attempt cut off by WithAttemptTimeout. It is
-// transient: another attempt may well be faster.
-var errAttemptTimeout = errors.New("retryhttp: attempt timed out waiting for response headers")
+// ErrAttemptTimeout marks an attempt cut off by WithAttemptTimeout before
+// its response headers came: errors.Is finds it in such an attempt's error
+// (Event.Err, and the *Error when retrying ends on it). It is transient:
+// another attempt may well be faster.
+var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out waiting for response headers")
+
+// errAttemptTimeout is ErrAttemptTimeout, by the name the package uses.
+var errAttemptTimeout = ErrAttemptTimeout
 
 // nextWait returns the wait before the next attempt. A positive server
 // wait (outcome.serverWait) is a floor: the retry leaves no earlier, plus
