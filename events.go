@@ -12,7 +12,7 @@ type Event struct {
 	Method     string
 	URL        string        // redacted
 	Attempt    int           // the attempt this event is about, from 1
-	StatusCode int           // the attempt's status; 0 if none came back
+	StatusCode int           // the attempt's status; 0 if none came back; for a stream whose first event was a transient error, the status it stands for (see WithFirstEventCheck)
 	Err        error         // the attempt's error, its message redacted
 	Wait       time.Duration // OnRetry: the wait before the next attempt
 	Reason     string        // OnRetry: what failed; OnGiveUp: why retrying stopped
@@ -51,6 +51,9 @@ func (c *call) event(resp *http.Response, err error, reason string) Event {
 	e := Event{Method: methodOf(c.req), URL: creds.url(c.req.URL), Attempt: c.attempts, Reason: creds.text(reason)}
 	if resp != nil {
 		e.StatusCode = resp.StatusCode
+		if f := c.failedStream; f != nil && f.resp == resp {
+			e.StatusCode = f.status // the status the stream's first event stands for
+		}
 	}
 	if err != nil {
 		e.Err = redactedError{err, creds}
@@ -79,7 +82,11 @@ func (c *call) logRetry(resp *http.Response, err error, wait time.Duration) {
 	if cfg.hooks.OnRetry == nil && cfg.logger == nil {
 		return
 	}
-	e := c.event(resp, err, outcomeText(resp, err))
+	reason := outcomeText(resp, err)
+	if f := c.failedStream; f != nil && f.resp == resp {
+		reason = f.String()
+	}
+	e := c.event(resp, err, reason)
 	e.Wait = wait
 	if cfg.hooks.OnRetry != nil {
 		cfg.hooks.OnRetry(e)

@@ -125,6 +125,9 @@ type call struct {
 	// foreignErrors counts the attempts that ended in an error that is not
 	// a network error (see judgeError).
 	foreignErrors int
+	// failedStream is the last attempt's stream whose first event was a
+	// transient error, if it was one: logs and hooks report its status.
+	failedStream *streamFailure
 
 	estimated           bool // inTokens and outTokens hold the estimate
 	inTokens, outTokens int
