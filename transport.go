@@ -185,6 +185,9 @@ func (c *call) send(a admission) (*http.Response, error) {
 		resp.Request = c.req // the caller's request, not our per-attempt copy
 	}
 	c.lastStatus = resp.StatusCode
+	if a.pass.settle != nil {
+		meterUsage(resp, a.pass.settle)
+	}
 	wrapResponseBody(resp, c.attempts, release)
 	return resp, nil
 }

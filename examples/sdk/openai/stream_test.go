@@ -47,7 +47,7 @@ func TestStreamFailingAfterItsFirstEventIsTheSDKsError(t *testing.T) {
 	clk := sdktest.NewClock(sdktest.Start)
 	srv := sdktest.Provider(t, clk, retrytest.OpenAI, retrytest.Config{Script: []retrytest.Step{
 		{Stream: &retrytest.Stream{ErrorType: "server_error", ErrorAfter: 2}}, // after the role and "ok" chunks
-		{Stream: &retrytest.Stream{}}, // what a retry would get
+		{Stream: &retrytest.Stream{}},                                         // what a retry would get
 	}})
 
 	acc, err := askStream(context.Background(), testClient(srv, clk), testModel, "hello", false)
