@@ -42,6 +42,7 @@ type config struct {
 	tokenEstimator func(*http.Request) (input, output int)
 
 	keyFunc        func(*http.Request) string
+	keyByModel     bool
 	limits         Limits
 	limitBurst     time.Duration
 	maxConcurrency int
