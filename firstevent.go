@@ -126,6 +126,10 @@ func (c *call) checkFirstEvent(resp *http.Response) *streamFailure {
 	// before the goroutine runs must wait for it, not read orig alongside.
 	p := &firstEventBody{orig: *slot, max: c.policy.firstEventMax, decided: make(chan struct{}), peeking: true}
 	p.cond.L = &p.mu
+	if p.max >= firstReadSize {
+		p.pooled = peekBuffers.Get().(*[]byte)
+		p.buf = (*p.pooled)[:0]
+	}
 	*slot = p
 	go p.peek()
 	timer := time.NewTimer(c.policy.firstEventTimeout)
@@ -146,7 +150,9 @@ func (c *call) checkFirstEvent(resp *http.Response) *streamFailure {
 	if status == 0 {
 		return nil
 	}
-	return &streamFailure{resp: resp, status: status, kind: kind, data: p.event.data}
+	// A copy: the event's data may lie in the peek's buffer, which goes
+	// back to its pool when the body is closed.
+	return &streamFailure{resp: resp, status: status, kind: kind, data: bytes.Clone(p.event.data)}
 }
 
 // streamErrorKind reports the status a stream's error event stands for, and
@@ -212,12 +218,14 @@ type firstEventBody struct {
 	event    firstEvent
 	parser   sseParser
 	direct   atomic.Bool // buf is served and peek has stopped: Read goes to orig
+	pooled   *[]byte     // where buf came from in peekBuffers; nil once given back
 }
 
 // firstEvent is the first event with data, other than a ping.
 type firstEvent struct {
-	name string
-	data []byte
+	name   string
+	data   []byte
+	copied bool // data is a copy of its own, not a piece of the buffer
 }
 
 // firstEventSink adapts firstEvent's method set to sseSink (its data field
@@ -227,19 +235,53 @@ type firstEventSink struct{ e *firstEvent }
 func (s firstEventSink) data(p []byte)             { s.e.addData(p) }
 func (s firstEventSink) dispatch(name []byte) bool { return s.e.end(name) }
 
-func (e *firstEvent) addData(p []byte) { e.data = append(e.data, p...) }
+// addData takes a piece of the event's data. The first piece is kept where
+// it lies (in the peek's buffer, capped so nothing appends into it), as it
+// is usually the whole of the data; a second piece copies them out.
+func (e *firstEvent) addData(p []byte) {
+	switch {
+	case e.data == nil && !e.copied:
+		e.data = p[:len(p):len(p)]
+	case !e.copied:
+		e.data, e.copied = append(append(make([]byte, 0, len(e.data)+len(p)+64), e.data...), p...), true
+	default:
+		e.data = append(e.data, p...)
+	}
+}
 
 func (e *firstEvent) end(name []byte) bool {
 	if string(name) == "ping" {
-		e.data = e.data[:0]
+		e.data, e.copied = nil, false
 		return true
 	}
 	e.name = string(name)
 	return false
 }
 
-// firstReadSize is the buffer peek starts with; it grows up to max.
+// firstReadSize is the buffer peek starts with; it grows up to max. A
+// first event is usually well under it (Anthropic's message_start is about
+// 500 bytes).
 const firstReadSize = 4 << 10
+
+// peekBuffers keeps the buffers of firstReadSize that peeks start with, for
+// the next stream, once their bytes are served or the body is closed.
+var peekBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, firstReadSize)
+	return &b
+}}
+
+// release gives the buffer back to its pool, if it came from there and
+// peek has stopped. Called with p.mu held.
+func (p *firstEventBody) release() {
+	if p.pooled == nil || p.peeking {
+		return
+	}
+	if cap(p.buf) == firstReadSize { // not grown: still the pool's
+		*p.pooled = p.buf[:0]
+		peekBuffers.Put(p.pooled)
+	}
+	p.buf, p.off, p.pooled = nil, 0, nil
+}
 
 // peek reads orig until the first event is complete, the read fails or
 // ends, max bytes are read, or it is told to stop.
@@ -305,8 +347,8 @@ func (p *firstEventBody) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	err := p.err
+	p.release() // served: the rest of a long stream needs no buffer
 	if err == nil {
-		p.buf, p.off = nil, 0 // served: free it for the rest of a long stream
 		p.direct.Store(true)
 	}
 	p.mu.Unlock()
@@ -318,6 +360,9 @@ func (p *firstEventBody) Read(b []byte) (int, error) {
 
 // Close closes orig, which also ends a pending read of peek's.
 func (p *firstEventBody) Close() error {
-	p.giveUp()
+	p.mu.Lock()
+	p.stop = true
+	p.release()
+	p.mu.Unlock()
 	return p.orig.Close()
 }
