@@ -2,6 +2,8 @@ package retryhttp
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -224,4 +226,33 @@ func FuzzSSEParser(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestMediaTypes(t *testing.T) {
+	resp := func(ct, ce string) *http.Response {
+		h := http.Header{}
+		if ct != "" {
+			h.Set("Content-Type", ct)
+		}
+		if ce != "" {
+			h.Set("Content-Encoding", ce)
+		}
+		return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader("x"))}
+	}
+	for _, ct := range []string{"text/event-stream", "text/event-stream; charset=utf-8", " Text/Event-Stream ;charset=UTF-8"} {
+		assert.True(t, isEventStream(resp(ct, "")), ct)
+		assert.True(t, isEventStream(resp(ct, "identity")), ct)
+		assert.False(t, isEventStream(resp(ct, "gzip")), ct)
+	}
+	for _, ct := range []string{"", "text/plain", "text/event-streams", "application/json"} {
+		assert.False(t, isEventStream(resp(ct, "")), ct)
+	}
+	for _, ct := range []string{"application/json", "application/json; charset=utf-8", "application/problem+json", "Application/JSON"} {
+		assert.True(t, isJSONBody(resp(ct, "")), ct)
+	}
+	for _, ct := range []string{"", "text/json5", "application/jsonl", "+json"} {
+		assert.False(t, isJSONBody(resp(ct, "")), ct)
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { isEventStream(resp("text/plain; charset=utf-8", "")) })-
+		testing.AllocsPerRun(100, func() { resp("text/plain; charset=utf-8", "") }), "no allocation")
 }
