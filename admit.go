@@ -102,7 +102,7 @@ func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 			latest = later(latest, t.at)
 		}
 	}
-	limitAt, booked := c.bookLimits(u, now, t.at) // when the client-side limits let this attempt go
+	limitAt, booked, local := c.bookLimits(u, now, t.at) // when the client-side limits let this attempt go
 	if start := later(t.firmAt(), limitAt); start.After(now) && start.After(latest) {
 		booked.cancel(now)
 		u.unbook(t)
@@ -114,23 +114,29 @@ func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 		return pass{}, err
 	}
 	u.dispatch(&p)
+	if local && u.limits.countsTokens() {
+		in, out := c.tokens()
+		p.settle = &settlement{limits: u.limits, clock: c.t.cfg.clock, in: in, out: out}
+	}
 	return p, nil
 }
 
 // bookLimits books the attempt on the client-side limits, shared or local,
-// and returns when they let it go; zero without limits.
-func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (time.Time, reservation) {
+// and returns when they let it go; zero without limits. local reports a
+// booking on this process's buckets, which the response's usage settles.
+func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (at time.Time, r reservation, local bool) {
 	if q := c.t.cfg.quota; q != nil {
 		return c.takeShared(q, u, now, turnAt)
 	}
 	if u.limits == nil {
-		return time.Time{}, nil
+		return time.Time{}, nil, false
 	}
 	var in, out int
 	if u.limits.countsTokens() {
 		in, out = c.tokens() // only then: estimating reads the body
 	}
-	return u.limits.reserve(now, in, out)
+	at, r = u.limits.reserve(now, in, out)
+	return at, r, true
 }
 
 // awaitTurn waits until the turn comes and the client-side limits allow the

@@ -83,6 +83,8 @@ var requestOptionCases = []struct {
 	{"Classify", Classify(stopAll), WithClassifier(stopAll), func(p *policy) { p.classifier = stopAll }},
 	{"IdempotencyKey", IdempotencyKey(), WithIdempotencyKey(), func(p *policy) { p.idempotencyKey = true }},
 	{"IdempotencyGuard", IdempotencyGuard(), WithIdempotencyGuard(), func(p *policy) { p.idempotencyGuard = true }},
+	{"FirstEventCheck", FirstEventCheck(-time.Second, 1024), WithFirstEventCheck(-time.Second, 1024),
+		func(p *policy) { p.firstEventTimeout, p.firstEventMax = 0, 1024 }},
 }
 
 func stopAll(*http.Response, error) Verdict { return Stop }

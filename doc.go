@@ -46,6 +46,19 @@
 // reused, and a stalled body never holds up the call; response
 // bodies are never buffered, so streams pass straight through.
 //
+// # Streams and tokens
+//
+// A 2xx server-sent event stream is read up to its first event before it is
+// returned (WithFirstEventCheck: 2s, 64 KiB): a first event that is a
+// transient error (Anthropic's overloaded_error, OpenAI's server_error
+// chunk) is judged and retried as the 529, 500 or 429 it stands for, since
+// nothing has reached the caller; otherwise the bytes read are served
+// first and the rest passes straight through. Errors later in a stream are
+// never retried: they are the caller's. Token limits (WithRateLimit) book
+// an estimate when a request is admitted and are settled by the usage its
+// response reports, read as the body passes; WithKeyByModel applies
+// pacing, holds and limits per model, as providers do.
+//
 // # What is learned from a server, and how far it is trusted
 //
 // Real servers are not tidy: their clocks are seconds off, they cut

@@ -20,7 +20,7 @@ type Event struct {
 	Method     string
 	URL        string // redacted
 	Attempt    int    // the attempt this event is about, from 1
-	StatusCode int    // the attempt's status; 0 if none came back
+	StatusCode int    // the attempt's status; 0 if none came back; for a stream whose first event was a transient error, the status it stands for (see WithFirstEventCheck)
 	Err        error  // the attempt's error, its message redacted
 	// Wait is, for OnRetry, the wait before the next attempt; for OnAttempt,
 	// how long this attempt waited to be admitted (0: it did not wait);
@@ -122,6 +122,9 @@ func (c *call) event(resp *http.Response, err error, reason string) Event {
 	e := Event{Context: c.ctx, Key: c.keyName, Method: methodOf(c.req), URL: creds.url(c.req.URL), Attempt: c.attempts, Reason: creds.text(reason)}
 	if resp != nil {
 		e.StatusCode = resp.StatusCode
+		if f := c.failedStream; f != nil && f.resp == resp {
+			e.StatusCode = f.status // the status the stream's first event stands for
+		}
 	}
 	if err != nil {
 		e.Err = redactedError{err, creds}
@@ -166,7 +169,11 @@ func (c *call) logRetry(resp *http.Response, err error, wait time.Duration, kind
 	if cfg.hooks.OnRetry == nil && cfg.logger == nil {
 		return
 	}
-	e := c.event(resp, err, outcomeText(resp, err))
+	reason := outcomeText(resp, err)
+	if f := c.failedStream; f != nil && f.resp == resp {
+		reason = f.String()
+	}
+	e := c.event(resp, err, reason)
 	e.Wait, e.WaitKind = wait, kind
 	if cfg.hooks.OnRetry != nil {
 		cfg.hooks.OnRetry(e)

@@ -28,6 +28,19 @@ type Limits struct {
 // than one request), unless WithRateLimitBurst allows more. Token counts come
 // from WithTokens, WithTokenEstimator or DefaultTokenEstimator; rate-limit
 // headers that report fewer tokens remaining than the local count correct it.
+//
+// Tokens are counted as the providers count them: an attempt books its
+// estimate when it is admitted (the output from max_tokens, as Anthropic
+// reserves it), and the usage its 2xx response reports settles the booking
+// as the body is read: tokens booked but not used go back to the budget at
+// once, tokens used beyond the booking are charged. The usage is read from
+// a JSON body's "usage" (Anthropic, OpenAI) or "usageMetadata" (Gemini),
+// and from a stream's events (Anthropic's message_start and message_delta,
+// OpenAI's final usage chunk, which it sends when the request sets
+// stream_options.include_usage), as they pass, without buffering. A body
+// that is not read, or reports no usage, keeps its booking; requests
+// already waiting keep the start they were given. A booking on a
+// QuotaBackend is not settled.
 func WithRateLimit(l Limits) Option {
 	return Option{func(c *config) { c.limits = l }}
 }

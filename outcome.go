@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -39,6 +40,11 @@ type outcome struct {
 	// retryAfter is the wait the response names (Retry-After,
 	// retry-after-ms), as stated; 0 if none.
 	retryAfter time.Duration
+	// stream is set when the response is a stream whose first event was a
+	// transient error: the outcome is judged as its status (see
+	// WithFirstEventCheck), while resp stays the stream itself.
+	stream *streamFailure
+
 	// serverWait is how long the server asks the client to wait before
 	// the next attempt: retryAfter, or for a rate limit the time until
 	// its exhausted quota resets (a minute for a rate-limit 403 naming no
@@ -89,10 +95,38 @@ func (h health) String() string {
 // judge makes the attempt's outcome: one classification, one reading of the
 // headers.
 func (c *call) judge(a admission, resp *http.Response, err error) outcome {
-	o := outcome{resp: resp, err: err}
+	c.failedStream = nil
 	if err != nil {
-		return c.judgeError(o)
+		return c.judgeError(outcome{err: err})
 	}
+	if c.policy.firstEventTimeout > 0 && isEventStream(resp) {
+		if f := c.checkFirstEvent(resp); f != nil {
+			return c.judgeStream(a, f)
+		}
+	}
+	return c.judgeResponse(a, resp)
+}
+
+// judgeStream judges a stream whose first event was a transient error as
+// the status the error stands for: the classifier, the breaker, the pacing
+// and the budget see that status, with the event's data as the body. The
+// outcome's response is the stream itself, which is what the caller gets
+// if retrying stops there.
+func (c *call) judgeStream(a admission, f *streamFailure) outcome {
+	as := *f.resp
+	as.StatusCode, as.Status = f.status, statusText(f.status)
+	as.Body = io.NopCloser(bytes.NewReader(f.data))
+	as.ContentLength = int64(len(f.data))
+	o := c.judgeResponse(a, &as)
+	o.resp, o.stream = f.resp, f
+	c.failedStream = f
+	c.lastStatus = f.status
+	return o
+}
+
+// judgeResponse judges an attempt that got a response.
+func (c *call) judgeResponse(a admission, resp *http.Response) outcome {
+	o := outcome{resp: resp}
 	o.health = statusHealth(resp.StatusCode)
 	retry, _ := c.policy.classify(resp, nil)
 	o.retry = retry && !c.unsafeToRetry(resp, nil)

@@ -42,6 +42,7 @@ type config struct {
 	tokenEstimator func(*http.Request) (input, output int)
 
 	keyFunc        func(*http.Request) string
+	keyByModel     bool
 	limits         Limits
 	limitBurst     time.Duration
 	maxConcurrency int
@@ -77,6 +78,10 @@ type policy struct {
 	idempotencyKey   bool
 	idempotencyGuard bool
 	maxQueueWait     time.Duration
+	// firstEventTimeout and firstEventMax bound the first-event check of
+	// streams (firstevent.go); a timeout of 0 turns it off.
+	firstEventTimeout time.Duration
+	firstEventMax     int
 }
 
 func defaultConfig() config {
@@ -90,6 +95,9 @@ func defaultConfig() config {
 			jitter:          DefaultJitter,
 			maxRetryAfter:   DefaultMaxRetryAfter,
 			maxBufferedBody: DefaultMaxBufferedBody,
+
+			firstEventTimeout: DefaultFirstEventTimeout,
+			firstEventMax:     DefaultFirstEventMaxBytes,
 		},
 	}
 }

@@ -260,15 +260,15 @@ func (q *sharedQuota) call(ctx context.Context, timeout time.Duration, f func(co
 
 // takeShared books the attempt on the backend and returns when it may start;
 // when the backend cannot answer, it books the local share of the limits
-// instead. turn is when the upstream's own schedule lets the attempt go: an
-// attempt that must fail anyway books nothing.
-func (c *call) takeShared(q *sharedQuota, u *upstream, now, turn time.Time) (time.Time, reservation) {
+// instead (local is then set). turn is when the upstream's own schedule
+// lets the attempt go: an attempt that must fail anyway books nothing.
+func (c *call) takeShared(q *sharedQuota, u *upstream, now, turn time.Time) (at time.Time, r reservation, local bool) {
 	var in, out int
 	if u.limits != nil && u.limits.countsTokens() {
 		in, out = c.tokens() // only then: estimating reads the body
 	}
 	if !c.canWaitUntil(now, turn) {
-		return time.Time{}, nil
+		return time.Time{}, nil, false
 	}
 	if ok, probe := q.ask(now); ok {
 		takes := c.t.cfg.quotaTakes(in, out)
@@ -296,13 +296,14 @@ func (c *call) takeShared(q *sharedQuota, u *upstream, now, turn time.Time) (tim
 					at = spread
 				}
 			}
-			return at, nil
+			return at, nil, false
 		}
 	}
 	if u.limits == nil {
-		return time.Time{}, nil
+		return time.Time{}, nil, false
 	}
-	return u.limits.reserve(now, in, out)
+	at, r = u.limits.reserve(now, in, out)
+	return at, r, true
 }
 
 // holdShared tells the backend of a hold this process learned, so the

@@ -14,7 +14,8 @@ import (
 type Stats struct {
 	// Key names the upstream: "scheme://host[:port]", or the fingerprint
 	// of the WithKeyFunc value ("key:" and 16 hex digits; the value itself
-	// is never shown).
+	// is never shown); with WithKeyByModel, followed by "#" and the model
+	// ("https://api.anthropic.com#claude-sonnet-4-5").
 	Key string
 	// At is when the snapshot was taken, on the transport's Clock: the
 	// time to read HeldUntil and the resets in Limits against.

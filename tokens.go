@@ -72,7 +72,8 @@ type tokenCounts struct{ input, output int }
 // token-counting endpoint or a local tokenizer, or to charge a request that
 // the estimator cannot read (a streamed upload). output is the most the
 // request may generate, as the providers reserve it (max_tokens). Negative
-// values are treated as 0.
+// values are treated as 0. As for an estimate, the usage the response
+// reports settles the booking (see WithRateLimit).
 func WithTokens(ctx context.Context, input, output int) context.Context {
 	return context.WithValue(ctx, tokensKey{}, tokenCounts{
 		input:  min(max(input, 0), maxTokenCount),

@@ -131,6 +131,9 @@ type call struct {
 	// when it was sent: measured only for hooks (see timed).
 	admitted admitWait
 	sentAt   time.Time
+	// failedStream is the last attempt's stream whose first event was a
+	// transient error, if it was one: logs and hooks report its status.
+	failedStream *streamFailure
 
 	estimated           bool // inTokens and outTokens hold the estimate
 	inTokens, outTokens int
@@ -191,6 +194,9 @@ func (c *call) send(a admission) (*http.Response, error) {
 		resp.Request = c.req // the caller's request, not our per-attempt copy
 	}
 	c.lastStatus = resp.StatusCode
+	if a.pass.settle != nil {
+		meterUsage(resp, a.pass.settle)
+	}
 	wrapResponseBody(resp, c.attempts, release)
 	return resp, nil
 }

@@ -84,6 +84,10 @@ type pass struct {
 	u     *upstream
 	sent  uint64 // its place among the attempts sent to the upstream
 	probe bool
+	// settle is the attempt's booking on the local token limits, which
+	// the usage its response reports settles (usage.go); nil when it
+	// booked no tokens here.
+	settle *settlement
 }
 
 // schedule returns when an attempt may start, given the time now; or, while

@@ -29,6 +29,12 @@
 //     with a probability drawn from a random source seeded with Seed.
 //   - Script answers the first requests with given steps (statuses, faults,
 //     delays), for example ParseScript("429@1s, 529, 200").
+//   - Stream answers with server-sent events in the family's streaming
+//     format (Anthropic's Messages events, OpenAI's Chat Completions
+//     chunks), with their usage: a Script step's, or the success of any
+//     request whose body says "stream": true. A stream can open with an
+//     error event ("stream:overloaded_error"), fail mid-way, be cut, or
+//     come slowly.
 //
 // # Order of decisions
 //

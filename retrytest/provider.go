@@ -77,6 +77,10 @@ type answer struct {
 	body     string
 	success  bool // Config.Success (when set) answers instead of body
 	truncate bool
+	stream   *Stream // a 200 streamed as server-sent events, instead of body
+	// streamPlan is the stream rendered, when it is sent.
+	streamPlan *streamPlan
+	req        streamRequest // what the request body asks of a stream
 }
 
 // arrive records one request and decides its answer.
@@ -87,6 +91,7 @@ func (c *core) arrive(r *http.Request, body []byte) *answer {
 	if c.cfg.RequestIDHeader != "" {
 		id = r.Header.Get(c.cfg.RequestIDHeader)
 	}
+	req := readStreamRequest(body)
 	cost := 0
 	if c.cfg.RateLimit.tokenLimited() {
 		// The user's function runs outside the lock: it may be slow.
@@ -99,7 +104,7 @@ func (c *core) arrive(r *http.Request, body []byte) *answer {
 	// windows are in order even when requests race.
 	now := c.cfg.Now()
 	c.attempts++
-	a := &answer{n: c.attempts, id: id, header: make(http.Header)}
+	a := &answer{n: c.attempts, id: id, header: make(http.Header), req: req}
 	if len(c.arrivals) < c.cfg.MaxRecords {
 		c.arrivals = append(c.arrivals, now.Sub(c.start))
 		c.hashes = append(c.hashes, hash)
@@ -224,6 +229,9 @@ func (c *core) scripted(a *answer, s Step, now time.Time) {
 	a.status = s.status()
 	c.retryAfter(a.header, s.RetryAfter, now)
 	switch {
+	case s.Stream != nil:
+		st := *s.Stream
+		a.stream = &st
 	case s.Body != "":
 		c.setBody(a, s.Body, sniff(s.Body))
 	case a.status == http.StatusOK:
@@ -258,7 +266,11 @@ func (c *core) setBody(a *answer, body, contentType string) {
 // succeed makes a a 200.
 func (c *core) succeed(a *answer) {
 	a.status, a.success = http.StatusOK, true
-	if c.cfg.Success == nil {
+	switch {
+	case c.cfg.Success != nil:
+	case a.req.stream:
+		a.stream = &Stream{} // the request asked for a stream
+	default:
 		c.setBody(a, successBody(c.cfg.Family, a.n), "application/json")
 	}
 }

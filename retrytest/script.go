@@ -57,6 +57,10 @@ type Step struct {
 	Header http.Header
 	// Body, when not empty, replaces the body the provider would send.
 	Body string
+	// Stream, when set, answers 200 with a stream of server-sent events in
+	// the family's format (see Stream). FaultTruncate cuts it after half
+	// its events.
+	Stream *Stream
 }
 
 // status returns the status the step answers with.
@@ -77,16 +81,28 @@ func (s Step) validate() error {
 	if s.Fault < NoFault || s.Fault > FaultTruncate {
 		return fmt.Errorf("unknown %v", s.Fault)
 	}
+	if s.Stream != nil {
+		if s.status() != http.StatusOK || s.ErrorType != "" || s.Body != "" {
+			return errors.New("a Stream is a 200: set its own ErrorType, not the Step's Status, ErrorType or Body")
+		}
+		return s.Stream.validate()
+	}
 	return nil
 }
 
 // String returns the step in the script language of ParseScript, leaving
-// out Header and Body, which the language cannot express.
+// out Header and Body, which the language cannot express, and of a Stream
+// all but its ErrorType when that is its first event.
 func (s Step) String() string {
 	var b strings.Builder
 	switch {
 	case s.Fault == FaultReset:
 		b.WriteString("reset")
+	case s.Stream != nil:
+		b.WriteString(s.Stream.String())
+		if s.Fault == FaultTruncate {
+			b.WriteString(" truncate")
+		}
 	case s.Fault == FaultTruncate && s.status() == http.StatusOK && s.ErrorType == "":
 		b.WriteString("truncate")
 	default:
@@ -119,11 +135,14 @@ const (
 //	status[:errortype][ truncate][@retryafter][~delay][*count]
 //	reset[~delay][*count]
 //	truncate[@retryafter][~delay][*count]
+//	stream[:errortype][ truncate][@retryafter][~delay][*count]
 //
 // where status is 200 to 599, errortype is the provider's error type
 // (letters, digits, '_', '-', '.'), retryafter and delay are Go durations
 // ("1s", "250ms"), and count repeats the step (1 to 10000). "truncate" is
-// a 200 whose body is cut short. Spaces around the parts are ignored;
+// a 200 whose body is cut short. "stream" is a 200 that streams its answer
+// (see Stream); with an errortype, its first event is that error (as
+// Anthropic's "stream:overloaded_error"), and "truncate" cuts it mid-way. Spaces around the parts are ignored;
 // the empty script is empty. For example:
 //
 //	429@2s, 529*2, 400:invalid_request_error, reset, truncate, 200~100ms
@@ -223,6 +242,17 @@ func parseItem(item string) (Step, int, error) {
 		item, s.Fault = strings.TrimSpace(head), FaultTruncate
 	}
 	code, typ, hasType := strings.Cut(item, ":")
+	if strings.TrimSpace(code) == "stream" {
+		s.Stream = &Stream{}
+		if hasType {
+			typ = strings.TrimSpace(typ)
+			if !validErrorType(typ) {
+				return s, 0, fmt.Errorf("error type %q: want letters, digits, '_', '-', '.'", typ)
+			}
+			s.Stream.ErrorType = typ
+		}
+		return s, n, nil
+	}
 	code = strings.TrimSpace(code)
 	v, err := strconv.Atoi(code)
 	if err != nil || v < 200 || v > 599 || code != strconv.Itoa(v) {

@@ -76,6 +76,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reset(w)
 		return
 	}
+	if a.stream != nil {
+		s.c.finish(a, http.StatusOK)
+		p := a.stream.plan(s.c.cfg.Family, a.n, a.req, a.truncate)
+		a.streamPlan = &p
+		s.serveStream(w, r, a)
+		return
+	}
 	if a.success && s.c.cfg.Success != nil {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if a.truncate {

@@ -60,6 +60,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.c.finish(a, 0)
 		return nil, resetError(req)
 	}
+	if a.stream != nil {
+		t.c.finish(a, http.StatusOK)
+		p := a.stream.plan(t.c.cfg.Family, a.n, a.req, a.truncate)
+		streamHeader(a.header)
+		resp := &http.Response{
+			Status: statusLine(http.StatusOK), StatusCode: http.StatusOK,
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: a.header, ContentLength: -1, Request: req,
+			Body: newStreamBody(ctx, &p),
+		}
+		if req.Method == http.MethodHead {
+			resp.Body = http.NoBody
+		}
+		return resp, nil
+	}
 	status, header, out := a.status, a.header, []byte(a.body)
 	if a.success && t.c.cfg.Success != nil {
 		rec := httptest.NewRecorder()

@@ -75,6 +75,30 @@ func ask(ctx context.Context, client anthropic.Client, model, prompt string) (*a
 	})
 }
 
+// askStream sends prompt as a one-message conversation and reads the answer
+// as a stream, gathering its events into the message. retryhttp retries a
+// stream that opens with an error event (overloaded_error) before any byte
+// of it reaches the SDK; an error later in the stream is not retried (part
+// of the answer has been read) and comes back here from stream.Err as the
+// SDK's own *anthropic.Error, with the message gathered so far.
+func askStream(ctx context.Context, client anthropic.Client, model, prompt string) (*anthropic.Message, error) {
+	stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
+		Model:     anthropic.Model(model),
+		MaxTokens: maxTokens,
+		Messages: []anthropic.MessageParam{
+			anthropic.NewUserMessage(anthropic.NewTextBlock(prompt)),
+		},
+	})
+	defer stream.Close()
+	var msg anthropic.Message
+	for stream.Next() {
+		if err := msg.Accumulate(stream.Current()); err != nil {
+			return &msg, err
+		}
+	}
+	return &msg, stream.Err()
+}
+
 // run is the program with its surroundings passed in, so tests can run it
 // against a fake provider; opts are added to the transport's options. It
 // returns the exit code.

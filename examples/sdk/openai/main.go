@@ -71,6 +71,30 @@ func ask(ctx context.Context, client openai.Client, model, prompt string) (*open
 	})
 }
 
+// askStream sends prompt as a one-message conversation and reads the answer
+// as a stream, gathering its chunks. retryhttp retries a stream that opens
+// with an error chunk (server_error, rate_limit_exceeded) before any byte
+// of it reaches the SDK; an error later in the stream is not retried (part
+// of the answer has been read) and comes back here from stream.Err as the
+// SDK's own *ssestream.StreamError, with what was gathered so far.
+// includeUsage asks for the final usage chunk.
+func askStream(ctx context.Context, client openai.Client, model, prompt string, includeUsage bool) (*openai.ChatCompletionAccumulator, error) {
+	params := openai.ChatCompletionNewParams{
+		Model:    model,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+	}
+	if includeUsage {
+		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	}
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	defer stream.Close()
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	return &acc, stream.Err()
+}
+
 // run is the program with its surroundings passed in, so tests can run it
 // against a fake provider; opts are added to the transport's options. It
 // returns the exit code.
