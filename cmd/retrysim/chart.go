@@ -14,9 +14,11 @@ import (
 // panel shows, over the run's time, the attempts answered per second as
 // bars stacked by outcome (left axis), and the number of requests waiting
 // in the client as a line (right axis). Panels in a row share the time
-// axis, so runs that end sooner end further left; each panel has its own
-// vertical scales, since one policy's burst would otherwise flatten the
-// others.
+// axis, so runs that end sooner end further left, and their vertical
+// scales: a row's left axis runs to the largest stack of any of its panels,
+// its right axis to the most requests any of them kept waiting, so the
+// panels of a row compare at a glance (a bar as tall as its neighbour's is
+// as many attempts a second).
 
 // seriesInfo describes one series of the chart.
 type seriesInfo struct {
@@ -62,6 +64,42 @@ type panel struct {
 	binW    time.Duration
 	rates   [numKinds][]float64 // attempts answered per second, by bin
 	waiting []float64           // mean requests waiting, by bin
+}
+
+// peaks returns the panel's tallest stack of bars and the most requests
+// it shows waiting in one bin.
+func (p panel) peaks() (rate, waiting float64) {
+	for i := range p.bins {
+		var sum float64
+		for k := range p.rates {
+			sum += p.rates[k][i]
+		}
+		rate = max(rate, sum)
+		waiting = max(waiting, p.waiting[i])
+	}
+	return rate, waiting
+}
+
+// scale is the vertical scales of a row of panels: the left axis' ticks and
+// top (attempts answered per second) and the right axis' (requests
+// waiting).
+type scale struct {
+	yt, wt     []float64
+	yTop, wTop float64
+}
+
+// rowScale is the one scale every panel of a row is drawn on: room for the
+// tallest stack and the most requests waiting of any of them.
+func rowScale(ps []panel) scale {
+	var peak, peakWait float64
+	for _, p := range ps {
+		r, w := p.peaks()
+		peak, peakWait = max(peak, r), max(peakWait, w)
+	}
+	var s scale
+	s.yt, s.yTop = ticks(peak, 4)
+	s.wt, s.wTop = ticks(max(peakWait, minWaitTop), 4)
+	return s
 }
 
 // binRun puts run r's attempts and waits into bins of width binW from its
@@ -180,7 +218,7 @@ text { fill: #222; }
 	text(&b, chartMarginL, 50, "start", "sub", fmt.Sprintf(
 		"Bars: attempts answered per second, stacked by outcome (left axis). Line: requests waiting in the client "+
 			"for a retry, a pacing slot or a breaker (right axis, blue). Time runs from each run's start; "+
-			"each panel has its own vertical scales. Seed %d.", cfg.seed))
+			"the panels of a row share their scales. Seed %d.", cfg.seed))
 	legend(&b, chartMarginL, 76, groups)
 
 	for gi, g := range groups {
@@ -232,44 +270,37 @@ func drawRow(b *bytes.Buffer, g []*runResult, y0 int) {
 	}
 	binW, bins := binning(wall)
 	span := float64(binW) * float64(bins) // the time axis' length, ns
-	xt, xEnd := ticks(span/float64(time.Second), 5)
-	_ = xEnd
+	xt, _ := ticks(span/float64(time.Second), 5)
+
+	ps := make([]panel, len(g))
+	for i, r := range g {
+		ps[i] = binRun(r, binW, bins)
+	}
+	rs := rowScale(ps)
 
 	for i, r := range g {
 		x0 := chartMarginL + i*(panelW+panelGapX)
 		top := y0 + rowHeader + panelHeader
-		p := binRun(r, binW, bins)
 		s := summarize(r)
-		fmt.Fprintf(b, `<g class="panel" data-scenario="%s" data-policy="%s">`+"\n", attr(sc.key), attr(r.policy.name))
+		fmt.Fprintf(b, `<g class="panel" data-scenario="%s" data-policy="%s" data-rate-top="%g" data-wait-top="%g">`+"\n",
+			attr(sc.key), attr(r.policy.name), rs.yTop, rs.wTop)
 		text(b, x0, top-20, "start", "ptitle", r.policy.name)
 		text(b, x0, top-6, "start", "pstats", fmt.Sprintf("%d/%d ok, %d attempts, %d×429, %d×5xx, last done at %s",
 			s.succeeded, s.requests, s.attempts, s.byKind[kindThrottled], s.byKind[kind5xx], fmtDur(s.wall)))
-		drawPanel(b, p, x0, top, span, xt, i == 0, i == len(g)-1)
+		drawPanel(b, ps[i], rs, x0, top, span, xt, i == 0, i == len(g)-1)
 		b.WriteString("</g>\n")
 	}
 }
 
-// drawPanel draws panel p's plot with its top-left corner at (x0, y0).
-// span is the time axis' length in nanoseconds and xt its ticks in
-// seconds.
-func drawPanel(b *bytes.Buffer, p panel, x0, y0 int, span float64, xt []float64, first, last bool) {
+// drawPanel draws panel p's plot on the row's scale sc with its top-left
+// corner at (x0, y0). span is the time axis' length in nanoseconds and xt
+// its ticks in seconds.
+func drawPanel(b *bytes.Buffer, p panel, sc scale, x0, y0 int, span float64, xt []float64, first, last bool) {
 	xOf := func(ns float64) float64 { return float64(x0) + float64(panelW)*ns/span }
 	bottom := float64(y0 + panelH)
-
-	// Vertical scales: the tallest stack, the most requests waiting.
-	var peak, peakWait float64
-	for i := range p.bins {
-		var sum float64
-		for k := range p.rates {
-			sum += p.rates[k][i]
-		}
-		peak = max(peak, sum)
-		peakWait = max(peakWait, p.waiting[i])
-	}
-	yt, yTop := ticks(peak, 4)
-	wt, wTop := ticks(max(peakWait, minWaitTop), 4)
-	yOf := func(v float64) float64 { return bottom - float64(panelH)*v/yTop }
-	wOf := func(v float64) float64 { return bottom - float64(panelH)*v/wTop }
+	yt, wt := sc.yt, sc.wt
+	yOf := func(v float64) float64 { return bottom - float64(panelH)*v/sc.yTop }
+	wOf := func(v float64) float64 { return bottom - float64(panelH)*v/sc.wTop }
 
 	// Grid and left axis.
 	for _, v := range yt {

@@ -252,3 +252,90 @@ func TestRunWritesTheChartItNames(t *testing.T) {
 	assert.Equal(t, len(groups[0]), panels)
 	assert.Contains(t, out, cfg.svg)
 }
+
+// panelAxes is what one drawn panel shows of its vertical scales.
+type panelAxes struct {
+	policy            string
+	rateTop, waitTop  string  // the scales the panel says it is drawn on
+	leftTop, rightTop float64 // the highest tick of each axis
+	barPx, barsPerSec float64 // the panel's bars: their height and what they stand for
+}
+
+// readAxes reads, for every panel of the chart, its scales back from its
+// attributes and its tick labels, and its bars' total height in pixels.
+func readAxes(t *testing.T, els []svgElement) []panelAxes {
+	t.Helper()
+	var out []panelAxes
+	for _, e := range els {
+		switch {
+		case e.name == "g" && e.attrs["class"] == "panel":
+			out = append(out, panelAxes{policy: e.attrs["data-policy"],
+				rateTop: e.attrs["data-rate-top"], waitTop: e.attrs["data-wait-top"]})
+		case len(out) == 0:
+		case e.name == "text" && (e.attrs["class"] == "tick" && e.attrs["text-anchor"] == "end" ||
+			e.attrs["class"] == "wtick"):
+			v, err := strconv.ParseFloat(e.text, 64)
+			require.NoError(t, err, "tick %q", e.text)
+			p := &out[len(out)-1]
+			if e.attrs["class"] == "wtick" {
+				p.rightTop = max(p.rightTop, v)
+			} else {
+				p.leftTop = max(p.leftTop, v)
+			}
+		case e.name == "rect" && e.attrs["class"] == "":
+			if _, ok := e.attrs["width"]; ok && e.attrs["fill"] == "" {
+				h, err := strconv.ParseFloat(e.attrs["height"], 64)
+				require.NoError(t, err)
+				out[len(out)-1].barPx += h
+			}
+		}
+	}
+	return out
+}
+
+// One row, one scale: a quiet panel next to a busy one is drawn on the busy
+// one's axes, so a bar's height means the same number of attempts a second
+// across the row, and so does the waiting line's.
+func TestRowPanelsShareTheirScales(t *testing.T) {
+	sc := &scenario{key: "burst", title: "Burst", about: "a busy run next to a quiet one"}
+	// Runs of 4s: bins of 100ms.
+	var busy, quiet []*requestTrace
+	for i := range 20 { // 20 answers in the first bin: 200 a second
+		busy = append(busy, traced(i, 0, 10, true, try(0, 10, kindOK, 200)))
+	}
+	for i := range 12 { // 12 requests waiting all along, answered in the last bin
+		busy = append(busy, traced(20+i, 0, 4000, true, try(3990, 4000, kindOK, 200)))
+	}
+	quiet = append(quiet, traced(0, 0, 10, true, try(0, 10, kindOK, 200)), // 10 a second
+		traced(1, 0, 4000, true, try(3990, 4000, kindThrottled, 429)))
+	other := &scenario{key: "outage", title: "Outage", about: "one run alone"}
+	groups := [][]*runResult{
+		{fakeRun(sc, "quiet", quiet...), fakeRun(sc, "busy", busy...)},
+		{fakeRun(other, "alone", traced(0, 0, 1000, true, try(0, 1000, kindOK, 200)))},
+	}
+
+	axes := readAxes(t, decodeSVG(t, writeChart(defaultConfig(), groups)))
+	require.Len(t, axes, 3)
+	q, b, alone := axes[0], axes[1], axes[2]
+	require.Equal(t, "quiet", q.policy)
+	require.Equal(t, "busy", b.policy)
+
+	// The row's scales are the busy panel's, and the quiet one says so.
+	assert.Equal(t, b.rateTop, q.rateTop, "one left scale per row")
+	assert.Equal(t, b.waitTop, q.waitTop, "one right scale per row")
+	assert.Equal(t, "200", b.rateTop, "room for the row's tallest stack")
+	assert.Equal(t, "15", b.waitTop, "room for the most requests the row keeps waiting")
+	// And so do the axes drawn.
+	assert.Equal(t, 200.0, q.leftTop)
+	assert.Equal(t, b.leftTop, q.leftTop)
+	assert.Equal(t, 15.0, q.rightTop)
+	assert.Equal(t, b.rightTop, q.rightTop)
+
+	// Bars: the quiet panel's 20 attempts a second (10 ok, 10 throttled,
+	// in their bins) stand a tenth as tall as the busy one's 200 + 120.
+	assert.InDelta(t, (10+10)/(200.0+120)*b.barPx, q.barPx, 0.1,
+		"a bar of the same value has the same height in both panels")
+
+	// Another row keeps scales of its own.
+	assert.NotEqual(t, b.rateTop, alone.rateTop)
+}

@@ -210,7 +210,7 @@ func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&cfg.seed, "seed", cfg.seed, "seed of the providers' random faults: the same seed gives the same\nfaults in the same order")
 	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "deadline of each request, retries and waits included")
 	fs.DurationVar(&cfg.maxTime, "max-time", cfg.maxTime, "cap on the whole run: requests still going then are cancelled")
-	fs.BoolVar(&cfg.parallel, "parallel", cfg.parallel, "run a scenario's policies at the same time, each against its own\nprovider; false runs them one after another (slower)")
+	fs.BoolVar(&cfg.parallel, "parallel", cfg.parallel, "run a scenario's policies at the same time, each against its own\nprovider (in the burst, retryhttp's still run alone, first); false\nruns them all one after another (slower)")
 	fs.StringVar(&cfg.svg, "svg", cfg.svg, `file to write the chart to; "" writes none`)
 
 	fs.IntVar(&cfg.maxRetries, "max-retries", cfg.maxRetries, "policy: retries after the first attempt (fixed, exponential, custom)")

@@ -19,9 +19,9 @@
 // hand-written loop with a fixed delay, one with exponential backoff and no
 // jitter, retryhttp's defaults, and retryhttp with settings given as flags.
 // While it runs it shows progress on stderr (a bar on a terminal, plain
-// lines otherwise). At the end it prints a summary table and writes an SVG
+// lines otherwise). At the end it prints a summary table, writes an SVG
 // chart of attempts over time by outcome, with the time requests spent
-// waiting in the client.
+// waiting in the client, and says where the chart is (its absolute path).
 //
 // Usage:
 //
@@ -39,6 +39,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 )
 
@@ -126,9 +127,30 @@ func run(ctx context.Context, cfg config, w io.Writer, prog progress) ([][]*runR
 		if err := os.WriteFile(cfg.svg, writeChart(cfg, groups), 0o644); err != nil {
 			return groups, fmt.Errorf("write chart: %w", err)
 		}
-		fmt.Fprintf(w, "retrysim: chart written to %s (open it in a browser)\n", cfg.svg)
+		fmt.Fprintf(w, "retrysim: chart written to %s (open it in a browser)\n", absPath(cfg.svg))
 	}
 	return groups, nil
+}
+
+// absPath is path made absolute, so the last line of a run says where the
+// chart is whatever directory the command ran in; path itself if the
+// working directory cannot be found.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
+// countPacing is how many of ps pace by the provider's rate (retryhttp's).
+func countPacing(ps []policy) int {
+	n := 0
+	for _, p := range ps {
+		if p.paces {
+			n++
+		}
+	}
+	return n
 }
 
 // printPreamble says what is about to run: each scenario and each policy.
@@ -138,6 +160,19 @@ func printPreamble(w io.Writer, cfg config, scenarios []*scenario) {
 	fmt.Fprintln(w, "Every policy sends through go-cleanhttp's pooled transport, with a recorder under it that times each attempt.")
 	if cfg.parallel {
 		fmt.Fprintln(w, "A scenario's policies run at the same time, each against a provider of its own (-parallel=false: one by one).")
+		for _, sc := range scenarios {
+			if !sc.pacedAlone {
+				continue
+			}
+			switch n := countPacing(sc.policies); {
+			case n == 1:
+				fmt.Fprintf(w, "In the %s, retryhttp runs first, on its own: it learns the provider's rate from the timing of its\n"+
+					"answers, which the others' herds of goroutines would delay on a busy machine.\n", sc.key)
+			case n > 1:
+				fmt.Fprintf(w, "In the %s, retryhttp's policies run first, one at a time: they learn the provider's rate from the\n"+
+					"timing of their answers, which the others' herds of goroutines would delay on a busy machine.\n", sc.key)
+			}
+		}
 	}
 	fmt.Fprintln(w)
 	for _, sc := range scenarios {

@@ -25,6 +25,9 @@ type policy struct {
 	// clients (contention) calls it once per client, so each has its own
 	// retry state, as separate processes would.
 	client func(base http.RoundTripper) sender
+	// paces: it spaces requests by what it learns of the provider's rate
+	// limit (retryhttp does; the hand-written loops do not).
+	paces bool
 }
 
 // policyFor builds the policy the -policies flag calls key.
@@ -68,6 +71,7 @@ func policyFor(cfg config, key string) policy {
 			client: func(base http.RoundTripper) sender {
 				return through(retryhttp.New(base, cfg.defaultsExtra...))
 			},
+			paces: true,
 		}
 	}
 	opts, text := cfg.customOptions()
@@ -77,6 +81,7 @@ func policyFor(cfg config, key string) policy {
 		client: func(base http.RoundTripper) sender {
 			return through(retryhttp.New(base, opts...))
 		},
+		paces: true,
 	}
 }
 
@@ -158,6 +163,7 @@ func contentionPolicies(cfg config) []policy {
 			about: fmt.Sprintf("retryhttp, %d retries, backoff %s doubling to %s, breaker and budget off; %s",
 				retries, fmtDur(base), fmtDur(maxWait), about),
 			client: func(b http.RoundTripper) sender { return through(retryhttp.New(b, all...)) },
+			paces:  true,
 		}
 	}
 	ps := []policy{

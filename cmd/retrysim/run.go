@@ -25,24 +25,30 @@ type runResult struct {
 	server   retrytest.Stats // what the provider saw
 }
 
-// runScenario runs every policy of sc, at the same time or one after the
-// other, and returns their results in policy order.
+// runScenario runs every policy of sc and returns their results in policy
+// order. With -parallel the runs go at the same time, except that where
+// sc.pacedAlone is set the policies that pace run first, one at a time (see
+// scenario.pacedAlone); without it, every run goes alone, in order.
 func runScenario(ctx context.Context, cfg config, sc *scenario, prog progress) []*runResult {
 	results := make([]*runResult, len(sc.policies))
-	if !cfg.parallel {
-		for i, p := range sc.policies {
-			results[i] = runOne(ctx, cfg, sc, p, prog)
-			prog.finished(results[i])
+	runIt := func(i int) {
+		results[i] = runOne(ctx, cfg, sc, sc.policies[i], prog)
+		prog.finished(results[i])
+	}
+	var together []int
+	for i, p := range sc.policies {
+		if cfg.parallel && !(sc.pacedAlone && p.paces) {
+			together = append(together, i)
+			continue
 		}
-		return results
+		runIt(i)
 	}
 	var wg sync.WaitGroup
-	for i, p := range sc.policies {
+	for _, i := range together {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = runOne(ctx, cfg, sc, p, prog)
-			prog.finished(results[i])
+			runIt(i)
 		}()
 	}
 	wg.Wait()

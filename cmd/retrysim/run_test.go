@@ -352,3 +352,56 @@ func TestFlakyFaultsAreFixedBySeedNotByTiming(t *testing.T) {
 	assert.NotEqual(t, first, outcomes(runScenario(context.Background(), cfg, &other, &lines{w: &bytes.Buffer{}})[0]),
 		"another seed, other faults")
 }
+
+// In the burst, retryhttp learns the provider's rate from the timing of its
+// answers: its run goes first and alone, so the others' herds cannot delay
+// them; the hand-written loops then run together. Results keep the policy
+// order.
+func TestBurstRunsThePacingPoliciesAloneFirst(t *testing.T) {
+	cfg := tinyConfig(t, "burst")
+	cfg.policies = []string{"none", "fixed", "retryhttp"}
+	cfg.maxRetries, cfg.base = 10, 20*time.Millisecond // the loop's run lasts a while
+	groups, out, _ := runTiny(t, cfg)
+	g := groups[0]
+	require.Len(t, g, 3)
+	none, fixed, rh := g[0], g[1], g[2]
+	assert.Equal(t, "no retries", none.policy.name)
+	assert.Equal(t, "fixed 20ms", fixed.policy.name)
+	assert.Equal(t, "retryhttp defaults", rh.policy.name)
+
+	rhEnd := rh.start.Add(rh.wall)
+	assert.False(t, none.start.Before(rhEnd), "no retries starts after retryhttp's run ended")
+	assert.False(t, fixed.start.Before(rhEnd), "fixed starts after retryhttp's run ended")
+	assert.True(t, fixed.start.Before(none.start.Add(none.wall+time.Second)), "the loops run together")
+	assert.Contains(t, out, "In the burst, retryhttp runs first, on its own")
+
+	// Other scenarios run every policy at the same time.
+	cfg = tinyConfig(t, "outage")
+	cfg.policies = []string{"none", "retryhttp"}
+	cfg.rate = 40 // the run of no retries lasts over half a second
+	groups, out, _ = runTiny(t, cfg)
+	none, rh = groups[0][0], groups[0][1]
+	assert.True(t, rh.start.Before(none.start.Add(none.wall)), "outage: retryhttp runs alongside")
+	assert.NotContains(t, out, "runs first, on its own")
+}
+
+// The last line of a run says where the chart is, as an absolute path, so
+// it can be found (and opened) whatever directory the command ran in.
+func TestRunSaysWhereItWroteTheChart(t *testing.T) {
+	dir := t.TempDir()
+	back, err := os.Getwd()
+	require.NoError(t, err)
+	require.NoError(t, os.Chdir(dir))
+	t.Cleanup(func() { require.NoError(t, os.Chdir(back)) })
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+
+	cfg := tinyConfig(t, "contention")
+	cfg.svg = "chart.svg" // relative to the working directory
+	_, out, _ := runTiny(t, cfg)
+	where := filepath.Join(wd, "chart.svg")
+	assert.FileExists(t, where)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	assert.Equal(t, "retrysim: chart written to "+where+" (open it in a browser)", lines[len(lines)-1],
+		"the last line, one line, with the absolute path")
+}
