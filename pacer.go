@@ -232,6 +232,10 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 	default:
 		p.anchorV, p.tatV = 0, 0
 		p.clockID++ // a new pace clock: slots booked on an old one mean nothing on it
+		// What was sent before the pace began (slow start's burst) says
+		// nothing of the pace: its answers do not cut it (see cut). A cut
+		// from them would hold a first guess down for good.
+		p.cutSent = max(p.cutSent, p.sent)
 	}
 	p.anchorAt, p.interval = at, interval
 	if interval <= 0 || interval*10 <= p.quickOf*9 {
