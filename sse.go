@@ -289,7 +289,7 @@ func isJSONBody(resp *http.Response) bool {
 // (compare it with strings.EqualFold). It allocates nothing: this runs on
 // every response.
 func mediaType(h http.Header) string {
-	ct := h.Get("Content-Type")
+	ct := headerValue(h, "Content-Type")
 	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
@@ -297,6 +297,15 @@ func mediaType(h http.Header) string {
 }
 
 func identityEncoding(h http.Header) bool {
-	ce := h.Get("Content-Encoding")
+	ce := headerValue(h, "Content-Encoding")
 	return ce == "" || strings.EqualFold(strings.TrimSpace(ce), "identity")
+}
+
+// headerValue is h.Get for a key already in canonical form: the map is read
+// directly, without canonicalising the key again on every response.
+func headerValue(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
