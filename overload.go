@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"time"
 )
 
@@ -73,11 +75,12 @@ func (c *call) breakerAdmissible(now, retryAt time.Time) error {
 }
 
 // report tells the breaker what the attempt said about the upstream.
-func (c *call) report(a admission, o outcome) {
+func (c *call) report(a admission, o *outcome) {
 	u := a.pass.u
 	if u == nil {
 		return
 	}
+	o.atCapacity = c.learnLimit(u, a.limit, o)
 	switch o.health {
 	case serving:
 		if o.throttled {
@@ -88,17 +91,81 @@ func (c *call) report(a admission, o outcome) {
 		}
 	case failing:
 		u.stats.failures.Add(1)
+		if o.atCapacity {
+			// The limiter's: the upstream is full, not failing.
+			u.breaker.abandon(a.probe)
+			break
+		}
 		u.breaker.failure(c.t.cfg.clock.Now(), a.probe, min(o.retryAfter, c.policy.maxRetryAfter))
 	default:
 		u.breaker.abandon(a.probe)
 	}
 }
 
+// learnLimit tells the upstream's adaptive limit what the attempt's outcome
+// says of its capacity, and reports whether a refusal was taken as "at
+// capacity" (then the breaker is not told of it).
+func (c *call) learnLimit(u *upstream, t limitTicket, o *outcome) bool {
+	if !t.held {
+		return false
+	}
+	s := o.limitSignal()
+	var now time.Time
+	if s == limitAccepted && t.sample {
+		now = time.Now() // real time: see awaitLimit
+	}
+	atCapacity, change, changed := u.limit.observe(t, s, now)
+	if changed {
+		c.t.limitChanged(u, change)
+	}
+	return atCapacity
+}
+
+// limitSignal is what the outcome says of the upstream's capacity: an
+// answer it meant is accepted (a 429 is the pacer's, not the limiter's); a
+// 503, 529 or 504, or an attempt that timed out, is refused; anything else
+// (another 5xx, a connection error) says nothing of it.
+func (o *outcome) limitSignal() limitSignal {
+	switch o.health {
+	case serving:
+		if o.throttled {
+			return limitNeutral
+		}
+		return limitAccepted
+	case failing:
+		if o.resp != nil {
+			switch o.resp.StatusCode {
+			case http.StatusServiceUnavailable, StatusOverloaded, http.StatusGatewayTimeout:
+				return limitRefused
+			}
+			return limitNeutral
+		}
+		var ne net.Error
+		if errors.Is(o.err, errAttemptTimeout) || errors.As(o.err, &ne) && ne.Timeout() {
+			return limitRefused
+		}
+	}
+	return limitNeutral
+}
+
+// limitChanged reports a large change of an upstream's adaptive limit to
+// OnLimit and, at Info, to the log.
+func (t *RetryTransport) limitChanged(u *upstream, ch limitChange) {
+	if t.cfg.hooks.OnLimit != nil {
+		t.cfg.hooks.OnLimit(LimitEvent{Key: u.key.String(), From: ch.from, To: ch.to, Reason: ch.why})
+	}
+	if l := t.cfg.logger; l != nil {
+		l.LogAttrs(context.Background(), slog.LevelInfo, "retryhttp: concurrency limit changed",
+			slog.String("upstream", u.key.String()), slog.Int("from", ch.from), slog.Int("to", ch.to),
+			slog.String("reason", ch.why))
+	}
+}
+
 // spendRetry draws on the upstream's retry budget before a retry that follows
 // an upstream failure; it reports false when the budget is spent.
 func (c *call) spendRetry(now time.Time, o outcome) bool {
-	if o.health != failing || c.u == nil {
-		return true
+	if o.health != failing || o.atCapacity || c.u == nil {
+		return true // the adaptive limit's queue paces retries at capacity
 	}
 	return c.u.budget.withdraw(now)
 }
@@ -108,6 +175,11 @@ func (c *call) spendRetry(now time.Time, o outcome) bool {
 func (t *RetryTransport) breakerChanged(u *upstream, from, to BreakerState) {
 	if t.cfg.hooks.OnBreaker != nil {
 		t.cfg.hooks.OnBreaker(BreakerEvent{Key: u.key.String(), From: from, To: to})
+	}
+	if to == BreakerOpen {
+		if ch, changed := u.limit.failing(); changed {
+			t.limitChanged(u, ch)
+		}
 	}
 	l := t.cfg.logger
 	if l == nil {

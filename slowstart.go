@@ -14,10 +14,11 @@ import (
 // is slow. The probe's answer decides what follows:
 //
 //   - no rate-limit headers: the upstream is open; the requests queued
-//     behind the probe go on a doubling ramp, one and a half round trips
-//     of the probe apart (1, 2, 4, 8, ...), so a server that is at its limit answers
-//     the first few with a 429 before the rest are sent; later requests go
-//     at once, as if this stage did not exist;
+//     behind the probe go on a ramp growing fourfold per round trip of the
+//     probe (3, then 12, 48, 192, ...), so a server that is at its limit
+//     answers the first few with a 429 or a 503 before the rest are sent;
+//     later requests go at once, as if this stage did not exist (the
+//     adaptive concurrency limit, adaptive.go, takes over from there);
 //   - rate-limit headers: requests are paced (see pacer).
 //
 // A probe that takes longer than slowStartMax tells nothing in time: slow
@@ -111,12 +112,11 @@ func (s *slowStart) claim(w *waiter) turn {
 	return w.turn
 }
 
-// rampStep is the step of the doubling ramp the queue goes on when the
-// probe's answer, in at now, neither paces nor holds the upstream: a step
-// and a half of the probe's round trip, so a step's answers are in before
-// the next goes.
+// rampStep is the step of the ramp the queue goes on when the probe's
+// answer, in at now, neither paces nor holds the upstream: the probe's
+// round trip, so a step's answers come in as the next goes.
 func (s *slowStart) rampStep(now time.Time) time.Duration {
-	return min(max(now.Sub(s.probeStart)*3/2, rampStepMin), slowStartStep)
+	return min(max(now.Sub(s.probeStart), rampStepMin), slowStartStep)
 }
 
 // open ends slow start, if a probe is out: each request still in the queue,
@@ -146,10 +146,27 @@ func (s *slowStart) cool() {
 	}
 }
 
-// rampFrom is when the n-th request goes on a doubling ramp of step from
-// now: 1 at once, 2 more after one step, 4 after two...
+// rampFrom is when the n-th request goes on the ramp after the probe's
+// answer, step apart: the first 3 at once, 12 more after one step, 48 after
+// two, ... (the requests let go grow fourfold per step, with the ones whose
+// answers are in going again). A capacity of C is reached in about
+// log4(C) round trips instead of log2(C), and each step's answers are in
+// as the next goes: the adaptive concurrency limit learns from the
+// refusals of one step before the next is sent.
 func rampFrom(now time.Time, step time.Duration, n int) time.Time {
-	return now.Add(step * time.Duration(doublings(n)))
+	return now.Add(step * time.Duration(quadruplings(n)))
+}
+
+// quadruplings is how many times the ramp after the probe grew fourfold
+// before the n-th request's turn: 0 for the first three, 1 for the next 12,
+// 2 for the 48 after...
+func quadruplings(n int) int {
+	d := 0
+	for n >= 4 {
+		n /= 4
+		d++
+	}
+	return d
 }
 
 // doublings is how many times the ramp doubled before the n-th request's

@@ -92,12 +92,13 @@ func TestSlowStartRampAfterTheProbe(t *testing.T) {
 	var s slowStart
 	now := testStart
 	s.probe(now)
-	assert.Equal(t, 30*time.Millisecond, s.rampStep(now.Add(20*time.Millisecond)), "a step and a half of the probe's round trip")
+	assert.Equal(t, 20*time.Millisecond, s.rampStep(now.Add(20*time.Millisecond)), "the probe's round trip")
 	assert.Equal(t, rampStepMin, s.rampStep(now), "never shorter than rampStepMin")
 	assert.Equal(t, slowStartStep, s.rampStep(now.Add(time.Second)), "never longer than slowStartStep")
 
-	const step = 30 * time.Millisecond
-	for n, steps := range map[int]time.Duration{1: 0, 2: 1, 3: 1, 4: 2, 7: 2, 8: 3} {
+	// Fourfold per step: 3 at once, 12 after one step, 48 after two.
+	const step = 20 * time.Millisecond
+	for n, steps := range map[int]time.Duration{1: 0, 3: 0, 4: 1, 15: 1, 16: 2, 63: 2, 64: 3, 255: 3, 256: 4} {
 		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n), "request %d", n)
 	}
 }
