@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -183,6 +184,71 @@ func TestCapacityRefusalsDoNotTripTheBreaker(t *testing.T) {
 				t.Errorf("OnLimit never called: the limit was not learned")
 			}
 		})
+	}
+}
+
+// TestOutageRecoveryIsPrompt is the outage of issue 12, in simulated time:
+// 100 requests a second for 6 s, open loop, to a provider that answers 529
+// (no Retry-After) for its first 3 s. While it is down, at most 0.1
+// attempts per request offered reach it; no request fails; and the slowest
+// requests (the first offered) are served within 0.3 s of its recovery,
+// the longest wait the outage allows being about 3.0 s. Before the probe
+// interval, the probe interval doubled to 2 s while callers waited and the
+// p99 was about 3.6 s; before the waiters went in arrival order, a random
+// place in the spread added up to 0.25 s more.
+func TestOutageRecoveryIsPrompt(t *testing.T) {
+	const (
+		outage   = 3 * time.Second
+		interval = 10 * time.Millisecond
+		n        = 600
+	)
+	var latencies []time.Duration
+	var failed, during int
+	synctest.Test(t, func(t *testing.T) {
+		srv := retrytest.NewTransport(retrytest.Config{
+			Family:   retrytest.Anthropic,
+			Overload: []retrytest.Window{{Until: outage, Status: StatusOverloaded}},
+		})
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			time.Sleep(capRTT)
+			return srv.RoundTrip(r)
+		})
+		client := &http.Client{Transport: New(base)}
+		start := time.Now()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				at := time.Now()
+				err := sendSim(client, fmt.Sprint(i))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failed++
+					return
+				}
+				latencies = append(latencies, time.Since(at))
+			}()
+		}
+		wg.Wait()
+		during = srv.Stats().Statuses[StatusOverloaded]
+	})
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	p99 := latencies[(len(latencies)*99+99)/100-1]
+	offered := int(outage / interval)
+	t.Logf("%d attempts during the outage for %d requests offered (%.3f each), %d failed, p50 %v, p99 %v",
+		during, offered, float64(during)/float64(offered), failed, latencies[len(latencies)/2], p99)
+	if failed > 0 {
+		t.Errorf("%d requests failed", failed)
+	}
+	if share := float64(during) / float64(offered); share > 0.1 {
+		t.Errorf("%.3f attempts per request offered reached the upstream while it was down, over 0.1", share)
+	}
+	if p99 > outage+300*time.Millisecond {
+		t.Errorf("p99 %v, more than 0.3 s after the outage's end", p99)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"time"
@@ -34,26 +33,37 @@ var ErrCircuitOpen = errors.New("retryhttp: circuit open")
 
 // awaitBreaker waits until the upstream's breaker lets an attempt go, and
 // returns the probe id to report its outcome with (0 unless it is a probe).
+// While it waits the breaker probes every ProbeInterval; when a probe
+// succeeds, the callers that waited go in the order they came, spread over
+// CircuitBreaker.Spread.
 func (c *call) awaitBreaker(u *upstream) (uint64, error) {
 	b := u.breaker
-	waited := false
+	var seat uint64 // its place among the waiters, once it waits
+	defer func() {
+		if seat != 0 {
+			b.leave()
+		}
+	}()
 	for {
 		now := c.t.cfg.clock.Now()
 		ok, probe, retryAt, changed := b.allow(now)
 		if ok {
-			if waited && probe == 0 {
-				if err := c.sleep(b.releaseAt(now, rand.Float64()).Sub(now), nil); err != nil {
+			if seat != 0 && probe == 0 {
+				if err := c.sleep(b.releaseAt(now, b.place(seat)).Sub(now), nil); err != nil {
 					return 0, err
 				}
 			}
 			return probe, nil
 		}
-		if b.state(now) == BreakerOpen {
-			if err := c.breakerAdmissible(now, retryAt); err != nil {
-				return 0, err
+		if seat == 0 {
+			if next := b.next(now); !next.IsZero() {
+				if err := c.breakerAdmissible(now, next); err != nil {
+					return 0, err
+				}
+				retryAt = next // it waits: the open period ends sooner
 			}
+			seat = b.enter()
 		}
-		waited = true
 		u.stats.queued.Add(1)
 		err := c.sleep(retryAt.Sub(now), changed)
 		u.stats.queued.Add(-1)
