@@ -436,13 +436,7 @@ func (l *concurrencyLimit) observe(t limitTicket, s limitSignal, now time.Time) 
 			// come back at once, what it serves stays out). Not the
 			// attempt's own count: attempts sent together arrive in any
 			// order.
-			found := l.inflight.Load()
-			if older := l.older.Load(); older > 0 {
-				// Full with what it still holds from before the last
-				// decrease, and this attempt.
-				found = min(found, older+1)
-			}
-			l.decreaseLocked(float64(found))
+			l.decreaseLocked(float64(l.inflight.Load()))
 		default:
 			// Refused with nothing served since the last decrease and
 			// nothing older in its hands: the upstream is failing,

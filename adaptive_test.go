@@ -509,3 +509,25 @@ func TestLatencyWatch(t *testing.T) {
 	now = now.Add(latencyHorizon)
 	assert.Zero(t, w.baseline(2, now), "expired")
 }
+
+// A cut counts everything in flight, not only what was sent before the last
+// cut: a server that holds 40 attempts, most of them sent since the last
+// cut, is not full at 4.
+func TestAdaptiveLimitCutCountsAllThatIsInFlight(t *testing.T) {
+	d := newLimDriver(t, AdaptiveConcurrency{Initial: 100})
+	d.answer(d.send(), limitAccepted, time.Millisecond)
+	var wave []limitTicket
+	for i := 0; i < 60; i++ {
+		wave = append(wave, d.send())
+	}
+	d.answer(wave[59], limitRefused, time.Millisecond) // cut to 0.9 × 60
+	for _, tk := range wave[:55] {
+		d.answer(tk, limitAccepted, time.Millisecond) // most of the wave was served
+	}
+	var next []limitTicket
+	for i := 0; i < 36; i++ {
+		next = append(next, d.send()) // 40 in flight: 4 of the wave, 36 since the cut
+	}
+	d.answer(next[35], limitRefused, time.Millisecond)
+	assert.Equal(t, 36, d.limit(), "0.9 × the 40 in flight, not 0.9 × the 4 older ones")
+}
