@@ -386,6 +386,27 @@ func TestAdaptiveLimitBaselineDoesNotDriftDuringAnIncident(t *testing.T) {
 		d.round(32, limitAccepted, fixed(100*time.Millisecond))
 	}
 	assert.GreaterOrEqual(t, d.limit(), 16, "grows again once latency is back")
+
+	// The watch alone, at a steady load: every window of a 50 s incident
+	// is judged slower; none lifts the baseline.
+	var w latencyWatch
+	now := testStart
+	window := func(d time.Duration) (slower bool) {
+		for i := 0; i < latencySamples; i++ {
+			now = now.Add(100 * time.Millisecond)
+			if closed, s, _ := w.add(d, 16, now, 2); closed {
+				slower = s
+			}
+		}
+		return slower
+	}
+	for i := 0; i < 5; i++ {
+		require.False(t, window(100*time.Millisecond))
+	}
+	for i := 0; now.Sub(testStart) < 50*time.Second; i++ {
+		require.True(t, window(300*time.Millisecond), "incident window %d, at %v", i, now.Sub(testStart))
+	}
+	assert.Equal(t, 100*time.Millisecond, w.baseline(16, now))
 }
 
 // An incident longer than latencyHorizon is the upstream's new normal: its
@@ -471,14 +492,15 @@ func TestAdaptiveLimitDoesNotClimbOnIdenticalTimeouts(t *testing.T) {
 // one and nothing is held back.
 func TestAdaptiveLimitIgnoresTheMinimumOfSparseTraffic(t *testing.T) {
 	d := newLimDriver(t, AdaptiveConcurrency{Initial: 64})
-	for i := 0; i < 40; i++ { // one request every 10 s
+	for i := 0; i < 48; i++ { // one request every 2 s: three windows at a load of 1
 		lat := 20 * time.Millisecond
 		if i == 7 {
 			lat = time.Millisecond // a cached answer
 		}
 		d.round(1, limitAccepted, fixed(lat))
-		d.now = d.now.Add(10 * time.Second)
+		d.now = d.now.Add(2 * time.Second)
 	}
+	require.Equal(t, 20*time.Millisecond, d.l.lat.baseline(1, d.now), "the idle baseline: 20 ms, not the 1 ms outlier")
 	for i := 0; i < 100; i++ { // then 32 at a time, 3× slower: batching, not queueing
 		assert.Equal(t, 32, d.round(32, limitAccepted, fixed(60*time.Millisecond)), "round %d: all 32 go", i)
 	}
