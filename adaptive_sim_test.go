@@ -196,10 +196,9 @@ func TestCapacityRefusalsDoNotTripTheBreaker(t *testing.T) {
 // (no Retry-After) for its first 3 s. While it is down, at most 0.1
 // attempts per request offered reach it; no request fails; and the slowest
 // requests (the first offered) are served within 0.3 s of its recovery,
-// the longest wait the outage allows being about 3.0 s. Before the probe
-// interval, the probe interval doubled to 2 s while callers waited and the
-// p99 was about 3.6 s; before the waiters went in arrival order, a random
-// place in the spread added up to 0.25 s more.
+// the longest wait the outage allows being about 3.0 s. Before
+// CircuitBreaker.ProbeInterval, the open period doubled to 2 s while
+// callers waited and the p99 was about 3.6 s.
 func TestOutageRecoveryIsPrompt(t *testing.T) {
 	const (
 		outage   = 3 * time.Second
