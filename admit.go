@@ -16,8 +16,9 @@ import (
 // release when the attempt is done.
 type admission struct {
 	pass    pass
-	probe   uint64 // the breaker's probe id; 0 when not a probe
-	hasSlot bool
+	probe   uint64      // the breaker's probe id; 0 when not a probe
+	limit   limitTicket // its slot in the upstream's adaptive limit
+	hasSlot bool        // it holds a WithMaxConcurrency slot
 }
 
 func (c *call) admit() (admission, error) {
@@ -43,18 +44,120 @@ func (c *call) admit() (admission, error) {
 			return admission{}, err
 		}
 	}
+	var err error
+	limitStart := c.waitStart()
+	a.limit, err = c.awaitLimit(u)
+	if !limitStart.IsZero() && c.t.cfg.clock.Now().After(limitStart) {
+		c.waited(WaitConcurrency, limitStart) // only a wait that took time: most attempts pass at once
+	}
+	if err != nil {
+		u.breaker.abandon(a.probe)
+		a.pass.abandon(t.cfg.clock.Now())
+		return admission{}, err
+	}
 	if !t.slots.tryAcquire() {
 		start := c.waitStart()
 		err := t.slots.acquire(c.ctx)
 		c.waited(WaitConcurrency, start)
 		if err != nil {
+			t.release(a)
 			u.breaker.abandon(a.probe)
 			a.pass.abandon(t.cfg.clock.Now())
 			return admission{}, err
 		}
 	}
 	a.hasSlot = t.slots != nil
+	if a.limit.sample {
+		a.limit.sentAt = time.Now() // real time: see awaitLimit
+	}
 	return a, nil
+}
+
+// awaitLimit takes a slot in the upstream's adaptive concurrency limit (see
+// AdaptiveConcurrency): at once while the limit allows, else after the
+// attempts queued before it, for as long as the request may wait (its
+// deadline, WithMaxQueueWait). A request that cannot wait that long fails
+// with ErrRateLimited, at once when the queue is known to drain too slowly.
+//
+// The limit runs on real time (time.Now), not the transport's Clock: what
+// it measures and waits for, the attempts' latency and the slots they give
+// back, happens in real time whatever a test's clock says.
+func (c *call) awaitLimit(u *upstream) (limitTicket, error) {
+	l := u.limit
+	if t, ok := l.fast(); ok {
+		return t, nil
+	}
+	t, w, wait := l.acquire()
+	if w == nil {
+		return t, nil
+	}
+	bound := c.queueBound()
+	if wait > bound {
+		if t, ok := l.claim(w); ok {
+			return t, nil // granted meanwhile
+		}
+		return limitTicket{}, c.atCapacity(wait)
+	}
+	u.stats.queued.Add(1)
+	err := c.awaitSlot(w.ready, bound)
+	u.stats.queued.Add(-1)
+	t, ok := l.claim(w)
+	switch {
+	case ok && err != nil:
+		l.release(t.epoch)
+		return limitTicket{}, err
+	case ok:
+		return t, nil
+	case err != nil:
+		return limitTicket{}, err
+	}
+	return limitTicket{}, c.atCapacity(l.estimate())
+}
+
+// queueBound is how long, in real time, the request may wait for a slot in
+// the adaptive limit: WithMaxQueueWait (by default WithMaxRetryAfter), and
+// no later than its deadline.
+func (c *call) queueBound() time.Duration {
+	bound := c.policy.maxQueueWait
+	if bound == 0 {
+		bound = c.policy.maxRetryAfter
+	}
+	if deadline, ok := c.ctx.Deadline(); ok {
+		bound = min(bound, time.Until(deadline))
+	}
+	return max(bound, 0)
+}
+
+// awaitSlot waits until ready is closed, for at most d of real time, or
+// until the request's context ends (its error). Slots free up when other
+// attempts end, in real time, whatever the transport's Clock: a fake one
+// whose timers fire at once would end every wait for a slot before any
+// could free up.
+func (c *call) awaitSlot(ready <-chan struct{}, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ready:
+	case <-timer.C:
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+	return nil
+}
+
+// atCapacity is the error of a request that could not wait for a slot in
+// the upstream's concurrency limit: ErrRateLimited, retryable once a slot is
+// likely to be free, in about wait (0: not known).
+func (c *call) atCapacity(wait time.Duration) *Error {
+	why := "the upstream is at capacity and the requests queued for it do not leave room before the request must go"
+	var retryAt time.Time
+	if wait > 0 {
+		retryAt = c.t.cfg.clock.Now().Add(wait)
+		why = "the upstream is at capacity and a slot frees up in about " + wait.Round(time.Millisecond).String() + ", later than the request can wait"
+	}
+	e := c.transportError(ErrRateLimited, why)
+	e.Retryable, e.RetryAt = true, retryAt
+	return e
 }
 
 // schedule waits for the attempt's turn on an upstream that is held, paced,
@@ -287,7 +390,7 @@ func (c *call) tokens() (int, int) {
 // observe reports what an attempt's outcome says about the upstream: to its
 // breaker, and its rate-limit headers and any 429 to its pacing and holds.
 // A free upstream and a response with neither cost nothing more.
-func (c *call) observe(a admission, o outcome) {
+func (c *call) observe(a admission, o *outcome) {
 	u := a.pass.u
 	if u == nil {
 		return

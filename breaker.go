@@ -16,6 +16,9 @@ const (
 	defaultBreakerMaxOpen = 4
 	defaultBreakerProbes  = 1
 	defaultBreakerSpread  = 250 * time.Millisecond
+	// defaultBreakerProbeInterval is how often a probe goes while callers
+	// wait: a recovery is seen within a fifth of a second.
+	defaultBreakerProbeInterval = 200 * time.Millisecond
 )
 
 // CircuitBreaker configures the circuit breaker that every upstream (see
@@ -35,15 +38,23 @@ const (
 // asked; callers wait for it when their deadline allows, and otherwise fail
 // at once with ErrCircuitOpen. Then it is half-open: Probes attempts go to
 // test the upstream while everyone else keeps waiting for their answer.
-// When they succeed it closes and the callers that waited go, spread over
-// Spread rather than as a herd. When one fails it opens again, for twice as
-// long as the last time, up to MaxOpenFor.
+// When they succeed it closes and the callers that waited go, in the order
+// they came, spread over Spread rather than as a herd. When one fails it
+// opens again, for twice as long as the last time, up to MaxOpenFor.
+//
+// While callers wait, the open period is cut to ProbeInterval (unless a
+// Retry-After asks for longer): a probe costs the upstream one request, and
+// the callers waiting learn of a recovery within ProbeInterval of it. The
+// doubling of OpenFor is the back-off for when no one waits: it decides
+// when the breaker turns half-open by itself, and which callers that cannot
+// wait fail at once.
 //
 // A dead upstream that fails fast therefore receives, per key, Failures
-// attempts and then at most Probes per open period: 36 in its first minute
-// with the defaults (5, then probes 0.5s, 1.5s, 3.5s, 5.5s, ... after it
-// opened). Attempts already in flight when it opens come on top (at most
-// R × L at R requests a second answered after L).
+// attempts and then at most Probes per open period: while callers wait, one
+// probe every ProbeInterval (5 a second with the defaults); while none do,
+// only what callers that come by send, at most Probes per open period of
+// 0.5s, 1s, 2s, 2s, ... Attempts already in flight when it opens come on
+// top (at most R × L at R requests a second answered after L).
 type CircuitBreaker struct {
 	// Failures is how many upstream failures in a row open the breaker.
 	// Default 5, as Envoy's consecutive-5xx outlier detection: the
@@ -78,10 +89,19 @@ type CircuitBreaker struct {
 	Probes int
 
 	// Spread is the span over which callers that waited for a successful
-	// probe are let go, each at a uniformly random moment, so a recovered
-	// upstream sees a ramp instead of every waiter at once. Default 250ms,
-	// short next to the time they already waited. Negative: no spread.
+	// probe are let go, in the order they came (the longest waiting
+	// first), evenly, so a recovered upstream sees a ramp instead of every
+	// waiter at once. Default 250ms, short next to the time they already
+	// waited. Negative: no spread.
 	Spread time.Duration
+
+	// ProbeInterval is the longest the breaker stays open while callers
+	// wait for it, however long OpenFor has grown: a probe goes at least
+	// that often, so they are served again within ProbeInterval of a
+	// recovery. Default 200ms. Negative: no shortening (the open period
+	// is OpenFor, doubling to MaxOpenFor, waiters or not). A Retry-After
+	// on the failure that opened it still holds.
+	ProbeInterval time.Duration
 
 	// Disabled turns the breaker off: every attempt goes.
 	Disabled bool
@@ -120,6 +140,12 @@ func (cb CircuitBreaker) withDefaults() CircuitBreaker {
 		cb.Spread = defaultBreakerSpread
 	case cb.Spread < 0:
 		cb.Spread = 0
+	}
+	switch {
+	case cb.ProbeInterval == 0:
+		cb.ProbeInterval = defaultBreakerProbeInterval
+	case cb.ProbeInterval < 0:
+		cb.ProbeInterval = 0
 	}
 	return cb
 }
@@ -162,13 +188,16 @@ func (s BreakerState) String() string {
 //     retryAt is when asking again is worth it even if nothing changed (the
 //     open period ends, or the probe out counts as lost, when this caller
 //     may probe itself). While open (state), a caller whose deadline or
-//     retry schedule cannot reach retryAt fails at once with
-//     ErrCircuitOpen (RetryAt: retryAt). While half-open a probe is out and
-//     its answer may come any moment, so waiting on changed up to the
-//     deadline is worth it. A waiting caller selects on changed, a timer to
-//     retryAt and its context, then asks allow again. When it finds the
-//     breaker closed after waiting, it sleeps until releaseAt(now, rand)
-//     first, so waiters do not go as a herd.
+//     retry schedule cannot reach next(now) fails at once with
+//     ErrCircuitOpen (RetryAt: that time). While half-open a probe is out
+//     and its answer may come any moment, so waiting on changed up to the
+//     deadline is worth it. A caller that waits says so first: enter()
+//     gives it its place, and leave(place) when it stops waiting; while
+//     anyone waits the open period ends at ProbeInterval. A waiting caller
+//     selects on changed, a timer to retryAt and its context, then asks
+//     allow again. When it finds the breaker closed after waiting, it
+//     sleeps until releaseAt(now, place(p)) first, so waiters go in the
+//     order they came, not as a herd.
 //  3. After each attempt that allow let go, exactly one of:
 //     success(now, probe) for any answer that is not an upstream failure
 //     (2xx, 3xx, 4xx, 429 included: the upstream is alive);
@@ -213,6 +242,17 @@ type breaker struct {
 	closedAt time.Time // when it last closed after being open, for releaseAt
 	changed  broadcast // fired at a change of state or a freed probe slot
 
+	// Waiters. waiting counts the callers waiting now; places are handed
+	// out in arrival order (seats is the last one given). hurryAt is when
+	// the open period ends while anyone waits (see ProbeInterval). At a
+	// close, the places of the callers who waited through that outage
+	// are (firstSeat, lastSeat], for place.
+	waiting             int
+	seats               uint64
+	hurryAt             time.Time
+	outageSeat          uint64 // seats when it last opened from closed
+	firstSeat, lastSeat uint64
+
 	pending   []transition // changes not yet told to onChange
 	reporting bool         // a goroutine is telling onChange
 }
@@ -248,8 +288,8 @@ func (b *breaker) allow(now time.Time) (ok bool, probe uint64, retryAt time.Time
 	case BreakerClosed:
 		return true, 0, time.Time{}, nil
 	case BreakerOpen:
-		if now.Before(b.openUntil) {
-			return false, 0, b.openUntil, b.changed.wait()
+		if until := b.untilLocked(); now.Before(until) {
+			return false, 0, until, b.changed.wait()
 		}
 		b.halfOpenLocked()
 	}
@@ -266,6 +306,63 @@ func (b *breaker) allow(now time.Time) (ok bool, probe uint64, retryAt time.Time
 	b.live = append(b.live, b.seq)
 	b.lastProbe = now
 	return true, b.seq, time.Time{}, nil
+}
+
+// untilLocked is when the open period ends: at openUntil, or, while anyone
+// waits, at hurryAt if that is sooner.
+func (b *breaker) untilLocked() time.Time {
+	if b.waiting > 0 && !b.hurryAt.IsZero() && b.hurryAt.Before(b.openUntil) {
+		return b.hurryAt
+	}
+	return b.openUntil
+}
+
+// next is when an attempt may go for a caller that waits from now on: the
+// end of the open period as it is while someone waits (zero if the
+// breaker is not open).
+func (b *breaker) next(now time.Time) time.Time {
+	if b == nil {
+		return time.Time{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.st != BreakerOpen {
+		return time.Time{}
+	}
+	until := b.openUntil
+	if !b.hurryAt.IsZero() && b.hurryAt.Before(until) {
+		until = b.hurryAt
+	}
+	return until
+}
+
+// enter registers a caller that waits for the breaker, and returns its
+// place in arrival order; leave(place) when it stops waiting.
+func (b *breaker) enter() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting++
+	b.seats++
+	return b.seats
+}
+
+// leave ends a wait that enter began.
+func (b *breaker) leave() {
+	b.mu.Lock()
+	b.waiting--
+	b.mu.Unlock()
+}
+
+// place is the share of the callers that waited through the last outage
+// who came before the one at seat, in [0, 1): its place in the spread
+// after the close (see releaseAt). 0 for a seat outside that outage.
+func (b *breaker) place(seat uint64) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if seat <= b.firstSeat || seat > b.lastSeat {
+		return 0
+	}
+	return float64(seat-b.firstSeat-1) / float64(b.lastSeat-b.firstSeat)
 }
 
 // lets reports, without a lock or the clock, that the breaker is closed (or
@@ -388,9 +485,10 @@ func (b *breaker) state(now time.Time) BreakerState {
 }
 
 // releaseAt returns when a caller that waited for the breaker and woke at now
-// may go: spread uniformly over what is left of Spread since the breaker
-// closed, by rnd in [0, 1). Outside that span, or when the breaker is not
-// closed (the caller will ask allow again), it is now.
+// may go: spread evenly over what is left of Spread since the breaker
+// closed, by its place rnd in [0, 1) (see place). Outside that span, or
+// when the breaker is not closed (the caller will ask allow again), it is
+// now.
 func (b *breaker) releaseAt(now time.Time, rnd float64) time.Time {
 	if b == nil {
 		return now
@@ -421,6 +519,13 @@ func (b *breaker) release(probe uint64) bool {
 
 func (b *breaker) openLocked(now time.Time, retryAfter time.Duration) {
 	b.openUntil = now.Add(max(b.openFor, retryAfter))
+	b.hurryAt = time.Time{}
+	if p := b.cfg.ProbeInterval; p > 0 {
+		b.hurryAt = now.Add(max(p, retryAfter))
+	}
+	if b.st == BreakerClosed {
+		b.outageSeat = b.seats
+	}
 	b.run = 0
 	b.live = b.live[:0]
 	b.setLocked(BreakerOpen)
@@ -440,6 +545,7 @@ func (b *breaker) closeLocked(now time.Time) {
 	b.foldedAt = now
 	b.openFor = b.cfg.OpenFor
 	b.closedAt = now
+	b.firstSeat, b.lastSeat = b.outageSeat, b.seats
 	b.live = b.live[:0]
 	b.setLocked(BreakerClosed)
 }

@@ -52,15 +52,15 @@ func TestCircuitBreakerDefaults(t *testing.T) {
 		want CircuitBreaker
 	}{
 		{"zero value", CircuitBreaker{},
-			CircuitBreaker{Failures: 5, Window: time.Second, OpenFor: 500 * time.Millisecond, MaxOpenFor: 2 * time.Second, Probes: 1, Spread: 250 * time.Millisecond}},
+			CircuitBreaker{Failures: 5, Window: time.Second, OpenFor: 500 * time.Millisecond, MaxOpenFor: 2 * time.Second, Probes: 1, Spread: 250 * time.Millisecond, ProbeInterval: 200 * time.Millisecond}},
 		{"max open for follows open for", CircuitBreaker{OpenFor: 3 * time.Second},
-			CircuitBreaker{Failures: 5, Window: time.Second, OpenFor: 3 * time.Second, MaxOpenFor: 12 * time.Second, Probes: 1, Spread: 250 * time.Millisecond}},
+			CircuitBreaker{Failures: 5, Window: time.Second, OpenFor: 3 * time.Second, MaxOpenFor: 12 * time.Second, Probes: 1, Spread: 250 * time.Millisecond, ProbeInterval: 200 * time.Millisecond}},
 		{"max open for below open for is raised", CircuitBreaker{OpenFor: 3 * time.Second, MaxOpenFor: time.Second},
-			CircuitBreaker{Failures: 5, Window: time.Second, OpenFor: 3 * time.Second, MaxOpenFor: 3 * time.Second, Probes: 1, Spread: 250 * time.Millisecond}},
-		{"negatives", CircuitBreaker{Failures: -1, Window: -1, OpenFor: -1, MaxOpenFor: -1, Probes: -1, Spread: -1},
-			CircuitBreaker{Failures: 5, Window: time.Second, OpenFor: 500 * time.Millisecond, MaxOpenFor: 2 * time.Second, Probes: 1, Spread: 0}},
-		{"kept", CircuitBreaker{Failures: 3, Window: 5 * time.Second, OpenFor: time.Second, MaxOpenFor: 10 * time.Second, Probes: 2, Spread: time.Second},
-			CircuitBreaker{Failures: 3, Window: 5 * time.Second, OpenFor: time.Second, MaxOpenFor: 10 * time.Second, Probes: 2, Spread: time.Second}},
+			CircuitBreaker{Failures: 5, Window: time.Second, OpenFor: 3 * time.Second, MaxOpenFor: 3 * time.Second, Probes: 1, Spread: 250 * time.Millisecond, ProbeInterval: 200 * time.Millisecond}},
+		{"negatives", CircuitBreaker{Failures: -1, Window: -1, OpenFor: -1, MaxOpenFor: -1, Probes: -1, Spread: -1, ProbeInterval: -1},
+			CircuitBreaker{Failures: 5, Window: time.Second, OpenFor: 500 * time.Millisecond, MaxOpenFor: 2 * time.Second, Probes: 1, Spread: 0, ProbeInterval: 0}},
+		{"kept", CircuitBreaker{Failures: 3, Window: 5 * time.Second, OpenFor: time.Second, MaxOpenFor: 10 * time.Second, Probes: 2, Spread: time.Second, ProbeInterval: time.Second},
+			CircuitBreaker{Failures: 3, Window: 5 * time.Second, OpenFor: time.Second, MaxOpenFor: 10 * time.Second, Probes: 2, Spread: time.Second, ProbeInterval: time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -793,4 +793,80 @@ func simulateDeadUpstream(s deadSim, span time.Duration) deadResult {
 		}
 	}
 	return res
+}
+
+// While callers wait, the breaker probes every ProbeInterval however long
+// the open period has grown; with no one waiting, the open period (and its
+// doubling) is as before; a Retry-After still holds.
+func TestBreakerProbesOftenWhileCallersWait(t *testing.T) {
+	b := brNew(CircuitBreaker{})
+	now := brAt(0)
+	brTrip(t, b, now, 5)
+	assert.Equal(t, now.Add(200*time.Millisecond), b.next(now), "a caller that waits may probe after ProbeInterval")
+	ok, _, retryAt, _ := b.allow(now.Add(200 * time.Millisecond))
+	assert.False(t, ok, "no one waits: the open period is OpenFor")
+	assert.Equal(t, now.Add(500*time.Millisecond), retryAt)
+
+	seat := b.enter()
+	var opened []time.Duration
+	for i := 0; i < 6; i++ { // the upstream stays down
+		_, _, retryAt, _ = b.allow(now)
+		assert.Equal(t, now.Add(200*time.Millisecond), retryAt, "probe %d: every ProbeInterval, not doubling", i)
+		now = retryAt
+		ok, probe, _, _ := b.allow(now)
+		require.True(t, ok)
+		require.NotZero(t, probe)
+		b.failure(now, probe, 0)
+		opened = append(opened, b.openUntil.Sub(now))
+	}
+	assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}, opened,
+		"the doubling goes on, for when no one waits")
+	b.leave()
+	_, _, retryAt, _ = b.allow(now)
+	assert.Equal(t, now.Add(2*time.Second), retryAt, "no one waits any more: back to the doubled period")
+	assert.Equal(t, uint64(1), seat)
+
+	// A Retry-After on the failure holds, waiters or not.
+	b = brNew(CircuitBreaker{})
+	now = brAt(0)
+	for i := 0; i < 5; i++ {
+		b.failure(now, 0, 3*time.Second)
+	}
+	require.Equal(t, BreakerOpen, b.state(now))
+	b.enter()
+	_, _, retryAt, _ = b.allow(now)
+	assert.Equal(t, now.Add(3*time.Second), retryAt)
+
+	// ProbeInterval < 0: no shortening.
+	b = brNew(CircuitBreaker{ProbeInterval: -1})
+	brTrip(t, b, now, 5)
+	b.enter()
+	_, _, retryAt, _ = b.allow(now)
+	assert.Equal(t, now.Add(500*time.Millisecond), retryAt)
+	assert.Equal(t, now.Add(500*time.Millisecond), b.next(now))
+}
+
+// The callers that waited through an outage are let go in the order they
+// came: the first at once, the last at the end of the spread.
+func TestBreakerReleasesWaitersInArrivalOrder(t *testing.T) {
+	b := brNew(CircuitBreaker{})
+	now := brAt(0)
+	early := b.enter() // a seat from before the outage: not of it
+	b.leave()
+	brTrip(t, b, now, 5)
+	var seats []uint64
+	for i := 0; i < 5; i++ {
+		seats = append(seats, b.enter())
+	}
+	now = now.Add(200 * time.Millisecond)
+	_, probe, _, _ := b.allow(now)
+	b.success(now, probe)
+	require.Equal(t, BreakerClosed, b.state(now))
+	var at []time.Duration
+	for _, s := range seats {
+		at = append(at, b.releaseAt(now, b.place(s)).Sub(now))
+	}
+	assert.Equal(t, []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond}, at)
+	assert.Zero(t, b.place(early))
+	assert.Zero(t, b.place(seats[4]+1), "came after the close")
 }

@@ -63,10 +63,23 @@ func (t *RetryTransport) release(a admission) {
 	if a.hasSlot {
 		t.slots.release()
 	}
+	if l := a.limitSlot(); l != nil {
+		l.release(a.limit.epoch)
+	}
+}
+
+// limitSlot is the adaptive limit the attempt holds a slot in, nil if none.
+func (a admission) limitSlot() *concurrencyLimit {
+	if !a.limit.held {
+		return nil
+	}
+	return a.pass.u.limit
 }
 
 // releaser combines the attempt's own release (its timeout context) with
-// its concurrency slot, to run once when the attempt is done with.
+// its concurrency slot, to run once when the attempt is done with. (Its
+// slot in the adaptive limit is released by the response body itself, or
+// by release when the attempt fails: no closure to allocate.)
 func (t *RetryTransport) releaser(a admission, timer func()) func() {
 	if !a.hasSlot {
 		return timer

@@ -227,6 +227,7 @@ func codeDefaults(t *testing.T) []docDefaults {
 	cfg := defaultConfig()
 	cb := cfg.breaker.withDefaults()
 	rb := cfg.retryBudget.withDefaults()
+	ac := cfg.adaptive.withDefaults()
 	perSecond, size := limitRate(600, cfg.limitBurst, 1)
 	burst := time.Duration(float64(size) / perSecond * float64(time.Second))
 	quotaTimeout := cfg.quotaTimeout
@@ -250,29 +251,30 @@ func codeDefaults(t *testing.T) []docDefaults {
 	return []docDefaults{{
 		kind: "options and constants",
 		rows: map[string][]string{
-			"WithMaxRetries":        {tokNum(float64(cfg.maxRetries)), tokCode("DefaultMaxRetries")},
-			"WithBackoff":           {tokDur(cfg.backoffBase), tokDur(cfg.backoffMax), tokCode("DefaultBackoffBase"), tokCode("DefaultBackoffMax")},
-			"WithBackoffMultiplier": {tokNum(cfg.multiplier), tokCode("DefaultMultiplier")},
-			"WithJitter":            {tokDur(cfg.jitter), tokCode("DefaultJitter")},
-			"WithJitterStrategy":    {tokCode(strategy)},
-			"WithMaxRetryAfter":     {tokDur(cfg.maxRetryAfter), tokCode("DefaultMaxRetryAfter")},
-			"WithAttemptTimeout":    append([]string{tokDur(cfg.attemptTimeout)}, tokUnset(cfg.attemptTimeout == 0)...),
-			"WithMaxBufferedBody":   {tokNum(float64(cfg.maxBufferedBody)), tokCode("DefaultMaxBufferedBody")},
-			"WithClassifier":        tokUnset(cfg.classifier == nil),
-			"WithIdempotencyKey":    {tokOnOff(cfg.idempotencyKey)},
-			"WithIdempotencyGuard":  {tokOnOff(cfg.idempotencyGuard)},
-			"WithMaxQueueWait":      maxQueueWait,
-			"WithFirstEventCheck":   {tokOnOff(cfg.firstEventTimeout > 0), tokDur(cfg.firstEventTimeout), tokNum(float64(cfg.firstEventMax)), tokCode("DefaultFirstEventTimeout"), tokCode("DefaultFirstEventMaxBytes")},
-			"WithKeyFunc":           keyFunc,
-			"WithKeyByModel":        {tokOnOff(cfg.keyByModel)},
-			"WithRateLimit":         tokNothingIf(cfg.limits == Limits{}),
-			"WithRateLimitBurst":    {tokDur(burst)},
-			"WithMaxConcurrency":    {tokNum(float64(cfg.maxConcurrency))},
-			"WithTokenEstimator":    tokenEstimator,
-			"WithQuotaBackend":      tokUnset(cfg.quota == nil),
-			"WithQuotaTimeout":      {tokDur(quotaTimeout), tokCode("DefaultQuotaTimeout")},
+			"WithMaxRetries":          {tokNum(float64(cfg.maxRetries)), tokCode("DefaultMaxRetries")},
+			"WithBackoff":             {tokDur(cfg.backoffBase), tokDur(cfg.backoffMax), tokCode("DefaultBackoffBase"), tokCode("DefaultBackoffMax")},
+			"WithBackoffMultiplier":   {tokNum(cfg.multiplier), tokCode("DefaultMultiplier")},
+			"WithJitter":              {tokDur(cfg.jitter), tokCode("DefaultJitter")},
+			"WithJitterStrategy":      {tokCode(strategy)},
+			"WithMaxRetryAfter":       {tokDur(cfg.maxRetryAfter), tokCode("DefaultMaxRetryAfter")},
+			"WithAttemptTimeout":      append([]string{tokDur(cfg.attemptTimeout)}, tokUnset(cfg.attemptTimeout == 0)...),
+			"WithMaxBufferedBody":     {tokNum(float64(cfg.maxBufferedBody)), tokCode("DefaultMaxBufferedBody")},
+			"WithClassifier":          tokUnset(cfg.classifier == nil),
+			"WithIdempotencyKey":      {tokOnOff(cfg.idempotencyKey)},
+			"WithIdempotencyGuard":    {tokOnOff(cfg.idempotencyGuard)},
+			"WithMaxQueueWait":        maxQueueWait,
+			"WithFirstEventCheck":     {tokOnOff(cfg.firstEventTimeout > 0), tokDur(cfg.firstEventTimeout), tokNum(float64(cfg.firstEventMax)), tokCode("DefaultFirstEventTimeout"), tokCode("DefaultFirstEventMaxBytes")},
+			"WithKeyFunc":             keyFunc,
+			"WithKeyByModel":          {tokOnOff(cfg.keyByModel)},
+			"WithRateLimit":           tokNothingIf(cfg.limits == Limits{}),
+			"WithRateLimitBurst":      {tokDur(burst)},
+			"WithMaxConcurrency":      {tokNum(float64(cfg.maxConcurrency))},
+			"WithAdaptiveConcurrency": {tokOnOff(!cfg.adaptive.Disabled)},
+			"WithTokenEstimator":      tokenEstimator,
+			"WithQuotaBackend":        tokUnset(cfg.quota == nil),
+			"WithQuotaTimeout":        {tokDur(quotaTimeout), tokCode("DefaultQuotaTimeout")},
 			"WithCircuitBreaker": {tokOnOff(!cfg.breaker.Disabled), tokNum(float64(cb.Failures)), tokDur(cb.Window),
-				tokDur(cb.OpenFor), tokDur(cb.MaxOpenFor), tokNum(float64(cb.Probes)), tokDur(cb.Spread)},
+				tokDur(cb.OpenFor), tokDur(cb.MaxOpenFor), tokDur(cb.ProbeInterval), tokNum(float64(cb.Probes)), tokDur(cb.Spread)},
 			"WithRetryBudget": {tokOnOff(!cfg.retryBudget.Disabled), tokNum(rb.Ratio), tokNum(rb.MinPerSecond), tokDur(rb.Window)},
 			"WithLogger":      tokUnset(cfg.logger == nil),
 			"WithHooks":       tokUnset(reflect.DeepEqual(cfg.hooks, noHooks)),
@@ -298,13 +300,24 @@ func codeDefaults(t *testing.T) []docDefaults {
 	}, {
 		kind: "CircuitBreaker fields",
 		rows: map[string][]string{
-			"Failures":   {tokNum(float64(cb.Failures))},
-			"Window":     {tokDur(cb.Window)},
-			"OpenFor":    {tokDur(cb.OpenFor)},
-			"MaxOpenFor": {tokNum(float64(cb.MaxOpenFor / cb.OpenFor)), tokCode("OpenFor"), tokDur(cb.MaxOpenFor)},
-			"Probes":     {tokNum(float64(cb.Probes))},
-			"Spread":     {tokDur(cb.Spread)},
-			"Disabled":   {tokWord(strconv.FormatBool(CircuitBreaker{}.Disabled))},
+			"Failures":      {tokNum(float64(cb.Failures))},
+			"Window":        {tokDur(cb.Window)},
+			"OpenFor":       {tokDur(cb.OpenFor)},
+			"MaxOpenFor":    {tokNum(float64(cb.MaxOpenFor / cb.OpenFor)), tokCode("OpenFor"), tokDur(cb.MaxOpenFor)},
+			"Probes":        {tokNum(float64(cb.Probes))},
+			"Spread":        {tokDur(cb.Spread)},
+			"ProbeInterval": {tokDur(cb.ProbeInterval)},
+			"Disabled":      {tokWord(strconv.FormatBool(CircuitBreaker{}.Disabled))},
+		},
+	}, {
+		kind: "AdaptiveConcurrency fields",
+		rows: map[string][]string{
+			"Initial":          append([]string{tokNum(float64(ac.Initial))}, tokUnset(ac.Initial == 0)...),
+			"Min":              {tokNum(float64(ac.Min))},
+			"Max":              {tokNum(float64(ac.Max))},
+			"Backoff":          {tokNum(ac.Backoff)},
+			"LatencyTolerance": {tokNum(ac.LatencyTolerance)},
+			"Disabled":         {tokWord(strconv.FormatBool(AdaptiveConcurrency{}.Disabled))},
 		},
 	}, {
 		kind: "RetryBudget fields",
@@ -446,7 +459,7 @@ func checkDefaultsTables(name, text string, want []docDefaults) (checked int, pr
 				names = append(names, mdRowName(r[0]))
 			}
 			problems = append(problems, fmt.Sprintf("%s:%d: a defaults table whose rows %q are not all known to docs_test.go as one kind "+
-				"(options and constants, CircuitBreaker fields, RetryBudget fields): add the new rows, with the code's values, to codeDefaults",
+				"(options and constants, CircuitBreaker, AdaptiveConcurrency and RetryBudget fields): add the new rows, with the code's values, to codeDefaults",
 				name, tb.line, names))
 			continue
 		}

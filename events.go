@@ -100,6 +100,17 @@ type Hooks struct {
 	// OnBreaker is called when an upstream's circuit breaker changes
 	// state, after the change.
 	OnBreaker func(BreakerEvent)
+	// OnLimit is called when an upstream's adaptive concurrency limit (see
+	// AdaptiveConcurrency) changes much: it is first learned, it moves by
+	// a quarter or more since the last call, or it is dropped.
+	OnLimit func(LimitEvent)
+}
+
+// LimitEvent is a large change of an upstream's adaptive concurrency limit.
+type LimitEvent struct {
+	Key      string // the upstream, as Stats names it
+	From, To int    // the limit before and after; 0: no limit
+	Reason   string // what moved it: "refused", "latency rose", "grew while accepted", ...
 }
 
 // BreakerEvent is a change of an upstream's circuit breaker.

@@ -191,7 +191,8 @@ func TestOnAttemptReportsWhatTheAttemptWaitedFor(t *testing.T) {
 		roundTrips(t, rt, 1)
 		require.Len(t, rec.attempts, 6)
 		assert.Equal(t, WaitBreaker, rec.attempts[5].WaitKind, "the sixth attempt waited for the open breaker")
-		assert.Equal(t, defaultBreakerOpenFor-time.Millisecond, rec.attempts[5].Wait, "until it let a probe go")
+		assert.Equal(t, CircuitBreaker{}.withDefaults().ProbeInterval-time.Millisecond, rec.attempts[5].Wait,
+			"until it let a probe go: at the probe interval, since a caller waits")
 		require.Len(t, rec.breakers, 3)
 		assert.Equal(t, BreakerOpen, rec.breakers[0].To)
 		assert.Equal(t, BreakerClosed, rec.breakers[2].To)

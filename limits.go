@@ -52,7 +52,8 @@ func WithRateLimitBurst(d time.Duration) Option {
 }
 
 // WithMaxQueueWait bounds how long a request may wait to be admitted (behind
-// a hold, pacing, client-side limits or an open circuit breaker). A request
+// a hold, pacing, client-side limits, an open circuit breaker, or in the
+// queue of the adaptive concurrency limit, see AdaptiveConcurrency). A request
 // that surely cannot be admitted in time fails at once, without waiting
 // first: with ErrRateLimited, or ErrCircuitOpen for the breaker. A turn that
 // is only projected by a pace still being learned is waited for up to the

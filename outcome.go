@@ -33,6 +33,11 @@ type outcome struct {
 	// throttled: the server refused for rate (a 429, or a 403 judged a
 	// rate limit).
 	throttled bool
+	// atCapacity: the upstream's adaptive limit took the refusal as "at
+	// capacity", not as a failure (set by observe): the breaker is not
+	// told of it, the retry budget is not drawn on, and the retry waits
+	// for a slot in the limit's queue instead of a backoff.
+	atCapacity bool
 
 	// limits is the response's rate-limit state, read against the
 	// upstream's clock; the zero value when it states none.

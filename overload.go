@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
+	"net"
+	"net/http"
 	"time"
 )
 
@@ -32,16 +33,24 @@ var ErrCircuitOpen = errors.New("retryhttp: circuit open")
 
 // awaitBreaker waits until the upstream's breaker lets an attempt go, and
 // returns the probe id to report its outcome with (0 unless it is a probe).
+// While it waits the breaker probes every ProbeInterval; when a probe
+// succeeds, the callers that waited go in the order they came, spread over
+// CircuitBreaker.Spread.
 func (c *call) awaitBreaker(u *upstream) (uint64, error) {
 	b := u.breaker
-	waited := false
+	var seat uint64 // its place among the waiters, once it waits
+	defer func() {
+		if seat != 0 {
+			b.leave()
+		}
+	}()
 	for {
 		now := c.t.cfg.clock.Now()
 		ok, probe, retryAt, changed := b.allow(now)
 		if ok {
-			if waited && probe == 0 {
+			if seat != 0 && probe == 0 {
 				start := c.waitStart()
-				err := c.sleep(b.releaseAt(now, rand.Float64()).Sub(now), nil)
+				err := c.sleep(b.releaseAt(now, b.place(seat)).Sub(now), nil)
 				c.waited(WaitBreaker, start)
 				if err != nil {
 					return 0, err
@@ -49,12 +58,15 @@ func (c *call) awaitBreaker(u *upstream) (uint64, error) {
 			}
 			return probe, nil
 		}
-		if b.state(now) == BreakerOpen {
-			if err := c.breakerAdmissible(now, retryAt); err != nil {
-				return 0, err
+		if seat == 0 {
+			if next := b.next(now); !next.IsZero() {
+				if err := c.breakerAdmissible(now, next); err != nil {
+					return 0, err
+				}
+				retryAt = next // it waits: the open period ends sooner
 			}
+			seat = b.enter()
 		}
-		waited = true
 		start := c.waitStart()
 		u.stats.queued.Add(1)
 		err := c.sleep(retryAt.Sub(now), changed)
@@ -78,11 +90,12 @@ func (c *call) breakerAdmissible(now, retryAt time.Time) error {
 }
 
 // report tells the breaker what the attempt said about the upstream.
-func (c *call) report(a admission, o outcome) {
+func (c *call) report(a admission, o *outcome) {
 	u := a.pass.u
 	if u == nil {
 		return
 	}
+	o.atCapacity = c.learnLimit(u, a.limit, o)
 	switch o.health {
 	case serving:
 		if o.throttled {
@@ -93,17 +106,81 @@ func (c *call) report(a admission, o outcome) {
 		}
 	case failing:
 		u.stats.failures.Add(1)
+		if o.atCapacity {
+			// The limiter's: the upstream is full, not failing.
+			u.breaker.abandon(a.probe)
+			break
+		}
 		u.breaker.failure(c.t.cfg.clock.Now(), a.probe, min(o.retryAfter, c.policy.maxRetryAfter))
 	default:
 		u.breaker.abandon(a.probe)
 	}
 }
 
+// learnLimit tells the upstream's adaptive limit what the attempt's outcome
+// says of its capacity, and reports whether a refusal was taken as "at
+// capacity" (then the breaker is not told of it).
+func (c *call) learnLimit(u *upstream, t limitTicket, o *outcome) bool {
+	if !t.held {
+		return false
+	}
+	s := o.limitSignal()
+	var now time.Time
+	if s == limitAccepted && t.sample {
+		now = time.Now() // real time: see awaitLimit
+	}
+	atCapacity, change, changed := u.limit.observe(t, s, now)
+	if changed {
+		c.t.limitChanged(u, change)
+	}
+	return atCapacity
+}
+
+// limitSignal is what the outcome says of the upstream's capacity: an
+// answer it meant is accepted (a 429 is the pacer's, not the limiter's); a
+// 503, 529 or 504, or an attempt that timed out, is refused; anything else
+// (another 5xx, a connection error) says nothing of it.
+func (o *outcome) limitSignal() limitSignal {
+	switch o.health {
+	case serving:
+		if o.throttled {
+			return limitNeutral
+		}
+		return limitAccepted
+	case failing:
+		if o.resp != nil {
+			switch o.resp.StatusCode {
+			case http.StatusServiceUnavailable, StatusOverloaded, http.StatusGatewayTimeout:
+				return limitRefused
+			}
+			return limitNeutral
+		}
+		var ne net.Error
+		if errors.Is(o.err, errAttemptTimeout) || errors.As(o.err, &ne) && ne.Timeout() {
+			return limitRefused
+		}
+	}
+	return limitNeutral
+}
+
+// limitChanged reports a large change of an upstream's adaptive limit to
+// OnLimit and, at Info, to the log.
+func (t *RetryTransport) limitChanged(u *upstream, ch limitChange) {
+	if t.cfg.hooks.OnLimit != nil {
+		t.cfg.hooks.OnLimit(LimitEvent{Key: u.key.String(), From: ch.from, To: ch.to, Reason: ch.why})
+	}
+	if l := t.cfg.logger; l != nil {
+		l.LogAttrs(context.Background(), slog.LevelInfo, "retryhttp: concurrency limit changed",
+			slog.String("upstream", u.key.String()), slog.Int("from", ch.from), slog.Int("to", ch.to),
+			slog.String("reason", ch.why))
+	}
+}
+
 // spendRetry draws on the upstream's retry budget before a retry that follows
 // an upstream failure; it reports false when the budget is spent.
 func (c *call) spendRetry(now time.Time, o outcome) bool {
-	if o.health != failing || c.u == nil {
-		return true
+	if o.health != failing || o.atCapacity || c.u == nil {
+		return true // the adaptive limit's queue paces retries at capacity
 	}
 	return c.u.budget.withdraw(now)
 }
@@ -113,6 +190,11 @@ func (c *call) spendRetry(now time.Time, o outcome) bool {
 func (t *RetryTransport) breakerChanged(u *upstream, from, to BreakerState) {
 	if t.cfg.hooks.OnBreaker != nil {
 		t.cfg.hooks.OnBreaker(BreakerEvent{Key: u.key.String(), From: from, To: to})
+	}
+	if to == BreakerOpen {
+		if ch, changed := u.limit.failing(); changed {
+			t.limitChanged(u, ch)
+		}
 	}
 	l := t.cfg.logger
 	if l == nil {

@@ -76,7 +76,8 @@ func TestBreakerOpensOnADeadUpstreamAndFailsFastWhenACallerCannotWait(t *testing
 	require.True(t, errors.As(err, &e))
 	assert.True(t, e.Retryable)
 	assert.Equal(t, 0, e.Attempts)
-	assert.Equal(t, clk.Now().Add(500*time.Millisecond), e.RetryAt, "when the breaker lets a probe go")
+	assert.Equal(t, clk.Now().Add(200*time.Millisecond), e.RetryAt,
+		"when the breaker lets a probe go for a caller that waits (ProbeInterval, sooner than OpenFor)")
 	assert.Equal(t, "The service is temporarily unavailable. Please try again in a few seconds.", e.UserMessage())
 	assert.EqualValues(t, 5, up.attempts.Load())
 }

@@ -57,6 +57,9 @@ type config struct {
 	// and retry budget; their zero values mean the defaults.
 	breaker     CircuitBreaker
 	retryBudget RetryBudget
+	// adaptive configures each upstream's adaptive concurrency limit; its
+	// zero value means the defaults.
+	adaptive AdaptiveConcurrency
 
 	policy
 }

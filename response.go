@@ -27,6 +27,8 @@ type responseBody struct {
 	rc       io.ReadCloser
 	attempts int
 	done     func()
+	limit    *concurrencyLimit // released with done: the attempt's slot in the adaptive limit
+	epoch    uint32            // the limit's epoch when the attempt was sent
 	finished atomic.Bool
 	verdict  *verdict // set only when an error status is returned
 }
@@ -56,8 +58,13 @@ func (b *responseBody) Close() error {
 }
 
 func (b *responseBody) finish() {
-	if b.done != nil && b.finished.CompareAndSwap(false, true) {
-		b.done()
+	if (b.done != nil || b.limit != nil) && b.finished.CompareAndSwap(false, true) {
+		if b.done != nil {
+			b.done()
+		}
+		if b.limit != nil {
+			b.limit.release(b.epoch)
+		}
 	}
 }
 
@@ -70,17 +77,18 @@ type readWriteBody struct {
 
 func (b *readWriteBody) Write(p []byte) (int, error) { return b.w.Write(p) }
 
-// wrapResponseBody installs the tracking body on resp.
-func wrapResponseBody(resp *http.Response, attempts int, done func()) {
+// wrapResponseBody installs the tracking body on resp; done and limit
+// (either may be nil) are released when the body is done with.
+func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *concurrencyLimit, epoch uint32) {
 	rc := resp.Body
 	if rc == nil {
 		rc = http.NoBody
 	}
 	if rwc, ok := rc.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done}, rwc}
+		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}, rwc}
 		return
 	}
-	b := &responseBody{rc: rc, attempts: attempts, done: done}
+	b := &responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}
 	resp.Body = b
 	if rc == http.NoBody {
 		// Nothing to read (HEAD, 204, 304, an empty body): the attempt is

@@ -29,8 +29,17 @@ type Stats struct {
 
 	// Breaker is the circuit breaker's state (BreakerClosed when disabled).
 	Breaker BreakerState
+	// Limit is the adaptive concurrency limit learned for the upstream
+	// (see AdaptiveConcurrency): how many attempts may be in flight at
+	// once; 0 while none is learned (or it is disabled).
+	Limit int
+	// InFlight is how many attempts are in flight now: sent, and their
+	// response body not yet closed or read to EOF. Counted only while the
+	// adaptive limit is on.
+	InFlight int
 	// Queued is how many requests are waiting to be admitted: for their
-	// paced turn, the client-side limits, a hold, or the breaker.
+	// paced turn, the client-side limits, a hold, the breaker, or a slot
+	// in the adaptive concurrency limit.
 	Queued int
 	// BudgetLeft is how many retries after upstream failures the retry
 	// budget allows now (+Inf when it is disabled).
@@ -90,6 +99,7 @@ func (u *upstream) snapshot(now time.Time) Stats {
 		Breaker:     u.breaker.state(now),
 		BudgetLeft:  u.budget.left(now),
 	}
+	s.Limit, s.InFlight = u.limit.snapshot()
 	u.mu.Lock()
 	if u.interval > 0 {
 		s.Rate = float64(time.Second) / float64(u.interval)

@@ -88,8 +88,8 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err := c.send(a)
 		o := c.judge(a, resp, err)
+		c.observe(a, &o)
 		c.logAttemptDone(o)
-		c.observe(a, o)
 		if !o.retry {
 			return c.finish(o, nil)
 		}
@@ -188,6 +188,9 @@ func (c *call) send(a admission) (*http.Response, error) {
 		if release != nil {
 			release()
 		}
+		if l := a.limitSlot(); l != nil {
+			l.release(a.limit.epoch)
+		}
 		return nil, err
 	}
 	if resp.Request == nil || resp.Request == out {
@@ -197,7 +200,7 @@ func (c *call) send(a admission) (*http.Response, error) {
 	if a.pass.settle != nil {
 		meterUsage(resp, a.pass.settle)
 	}
-	wrapResponseBody(resp, c.attempts, release)
+	wrapResponseBody(resp, c.attempts, release, a.limitSlot(), a.limit.epoch)
 	return resp, nil
 }
 
@@ -247,6 +250,11 @@ func (c *call) plan(o outcome) (time.Duration, *stopReason) {
 		return 0, &stopReason{ErrServerWaitTooLong, "server asked to wait " + o.serverWait.String() + ", longer than the limit " + c.policy.maxRetryAfter.String()}
 	}
 	wait := c.policy.nextWait(o.serverWait, c.attempts, c.prevWait)
+	if o.atCapacity && o.serverWait == 0 {
+		// Refused at capacity: the retry waits in the adaptive limit's
+		// queue for a slot, not through a backoff.
+		wait = 0
+	}
 	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait).After(deadline) {
 		c.retryAt = now.Add(wait)
 		return 0, &stopReason{ErrPastDeadline, "the next attempt (in " + wait.String() + ") would start after the request deadline"}

@@ -24,18 +24,19 @@ type upstream struct {
 	touched        atomic.Uint64 // when last used (see upstreamTable)
 	born           time.Time     // when first seen
 
-	mu       sync.Mutex    // guards start, hold, pacer, clock and replies
-	start    slowStart     // the probe, and the requests queued behind it (slowstart.go)
-	hold     holds         // a 429's or a used-up quota's, within the bound (holds.go)
-	pacer                  // spaces attempts at the rate the upstream allows (pacer.go)
-	clock    serverClock   // the upstream's clock, from its Date headers (serverclock.go)
-	replies  uint64        // attempts answered (a response or an error), of pacer.sent
-	stated   RateLimits    // the last rate-limit state a response stated, for Stats
-	statedAt time.Time     // when it came
-	limits   *clientLimits // the client-side limits (own locks); nil without WithRateLimit
-	breaker  *breaker      // the circuit breaker (own lock); nil when disabled
-	budget   *budget       // the retry budget (own lock); nil when disabled
-	stats    counters      // running totals for Stats, atomic
+	mu       sync.Mutex        // guards start, hold, pacer, clock and replies
+	start    slowStart         // the probe, and the requests queued behind it (slowstart.go)
+	hold     holds             // a 429's or a used-up quota's, within the bound (holds.go)
+	pacer                      // spaces attempts at the rate the upstream allows (pacer.go)
+	clock    serverClock       // the upstream's clock, from its Date headers (serverclock.go)
+	replies  uint64            // attempts answered (a response or an error), of pacer.sent
+	stated   RateLimits        // the last rate-limit state a response stated, for Stats
+	statedAt time.Time         // when it came
+	limits   *clientLimits     // the client-side limits (own locks); nil without WithRateLimit
+	breaker  *breaker          // the circuit breaker (own lock); nil when disabled
+	budget   *budget           // the retry budget (own lock); nil when disabled
+	limit    *concurrencyLimit // the adaptive concurrency limit (own lock); nil when disabled
+	stats    counters          // running totals for Stats, atomic
 }
 
 // newUpstream makes the state of an upstream seen for the first time.
@@ -43,6 +44,7 @@ func (t *RetryTransport) newUpstream() *upstream {
 	u := &upstream{
 		limits: newClientLimits(t.cfg.limits, t.cfg.limitBurst, t.cfg.quota.localShare()),
 		budget: newBudget(t.cfg.retryBudget),
+		limit:  newConcurrencyLimit(t.cfg.adaptive),
 		born:   t.cfg.clock.Now(),
 	}
 	u.bound = t.cfg.policy.maxRetryAfter
@@ -256,8 +258,8 @@ func (u *upstream) holdUntil(now, at time.Time, byQuota bool) bool {
 
 // openLocked ends slow start, if a probe is out: queued requests get their
 // turns in arrival order: paced slots, or, on an upstream that is neither
-// paced nor held, a doubling ramp a step and a half of the probe's round
-// trip apart (see slowStart.rampStep).
+// paced nor held, a ramp growing fourfold each round trip of the probe
+// (see slowStart.rampStep and rampFrom).
 func (u *upstream) openLocked(now time.Time) {
 	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
 	step := u.start.rampStep(now)

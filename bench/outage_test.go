@@ -1,8 +1,8 @@
-// Behaviour under overload (issue 4): an outage that ends (BenchmarkOutage)
-// and a provider with a fixed capacity (BenchmarkCapacity), for the bare
-// transport and the five libraries with their defaults (resty and rehttp,
-// which have none, with the setup of peers_test.go). Both providers are
-// retrytest servers.
+// Behaviour under overload (issue 4, issue 12): an outage that ends
+// (BenchmarkOutage, here) and providers of fixed or changing capacity
+// (BenchmarkCapacity, capacity_test.go), for the bare transport and the
+// five libraries with their defaults (resty and rehttp, which have none,
+// with the setup of peers_test.go). The providers are retrytest servers.
 
 package bench
 
@@ -30,20 +30,6 @@ const (
 	outageRunTimeout = 2 * time.Minute       // the whole scenario, whatever a contender does
 )
 
-// The capacity scenario of issue 4: 150 callers, each sending 10 requests one
-// after another, against a provider that serves 50 at once for 20 ms each.
-// Three callers per slot is sustained overload, not a passing burst: every
-// contender finds the provider full for most of the run.
-const (
-	capacityMax        = 50                    // requests in service at once
-	capacityHold       = 20 * time.Millisecond // each, so at most 2500 requests/s
-	capacityWorkers    = 150
-	capacityPerWorker  = 10
-	capacityRequests   = capacityWorkers * capacityPerWorker
-	capacityReqTimeout = 30 * time.Second // per request, retries included
-	capacityRunTimeout = 5 * time.Minute  // the whole scenario
-)
-
 // messagesPath is the endpoint both scenarios call; the providers answer any.
 const messagesPath = "/v1/messages"
 
@@ -56,18 +42,6 @@ func outageProvider() retrytest.Config {
 	return retrytest.Config{
 		Family:      retrytest.Anthropic,
 		Overload:    []retrytest.Window{{From: 0, Until: outageLength, Status: retryhttp.StatusOverloaded}},
-		MaxAttempts: benchFuse,
-	}
-}
-
-// capacityProvider is the provider of the capacity scenario: capacityMax
-// requests in service at once, each held capacityHold before its 200, and
-// 503 at once, with no Retry-After (a server shedding load rarely knows when
-// a slot will be free), to any request that finds every slot taken.
-func capacityProvider() retrytest.Config {
-	return retrytest.Config{
-		Family:      retrytest.Anthropic,
-		Capacity:    retrytest.Capacity{Max: capacityMax, Hold: capacityHold},
 		MaxAttempts: benchFuse,
 	}
 }
@@ -264,68 +238,6 @@ func runOutage(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
 	b.ReportMetric(float64(attempts)/n, "attempts/op")
 	b.ReportMetric(float64(failed)/n, "failed/op")
 	reportLatency(b, lat)
-	if fused > 0 {
-		b.Logf("the provider's fuse blew: %d requests answered 410", fused)
-	}
-	if len(reasons) > 0 {
-		b.Logf("failures over %d run(s): %s", b.N, summarize(reasons))
-	}
-}
-
-// BenchmarkCapacity runs the capacity scenario once per iteration for every
-// contender. Run it with -benchtime 1x.
-//
-// An op is one scenario of 1500 requests from 150 closed-loop callers against
-// a provider that serves 50 at once, 20 ms each (at most 2500 req/s, so the
-// ideal wall time is 0.6 s), and answers 503 beyond. Metrics: attempts/req is
-// the amplification, requests received over requests sent; goodput-req/s is
-// successful requests per second of wall time; failed/op as in
-// BenchmarkOutage; 503/op are the provider's rejections; p50-ms and p99-ms
-// are latencies of successful requests. ns/op is the scenario's wall time.
-func BenchmarkCapacity(b *testing.B) {
-	for _, c := range goodputContenders() {
-		b.Run("impl="+c.name, func(b *testing.B) { runCapacity(b, c.wrap) })
-	}
-}
-
-// runCapacity runs b.N capacity scenarios, each against a fresh provider
-// through a fresh contender over a fresh base transport.
-func runCapacity(b *testing.B, wrap func(http.RoundTripper) http.RoundTripper) {
-	var wall time.Duration
-	var attempts, rejected, succeeded, failed, fused, peak int
-	var lat []time.Duration
-	reasons := map[string]int{}
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		base := cleanhttp.DefaultPooledTransport()
-		client := &http.Client{Transport: wrap(base)}
-		p := retrytest.NewServer(capacityProvider())
-		b.StartTimer()
-		r := runClosedLoop(client, p.URL+messagesPath, capacityWorkers, capacityPerWorker, capacityReqTimeout, capacityRunTimeout)
-		b.StopTimer()
-		base.CloseIdleConnections()
-		p.Close()
-		st := p.Stats()
-		wall += r.wall
-		attempts += st.Attempts
-		rejected += st.Statuses[http.StatusServiceUnavailable]
-		fused += st.Statuses[http.StatusGone]
-		peak = max(peak, st.PeakInService)
-		failed += r.failed
-		succeeded += len(r.latencies)
-		lat = append(lat, r.latencies...)
-		for k, v := range r.reasons {
-			reasons[k] += v
-		}
-		b.StartTimer()
-	}
-	n := float64(b.N)
-	b.ReportMetric(float64(attempts)/float64(b.N*capacityRequests), "attempts/req")
-	b.ReportMetric(float64(succeeded)/wall.Seconds(), "goodput-req/s")
-	b.ReportMetric(float64(failed)/n, "failed/op")
-	b.ReportMetric(float64(rejected)/n, "503/op")
-	reportLatency(b, lat)
-	b.Logf("peak requests in service: %d of %d", peak, capacityMax)
 	if fused > 0 {
 		b.Logf("the provider's fuse blew: %d requests answered 410", fused)
 	}

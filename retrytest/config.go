@@ -256,6 +256,30 @@ type Capacity struct {
 	// RetryAfter, when positive, is sent with each 503 in the Config's
 	// RetryAfter style.
 	RetryAfter time.Duration
+	// Changes change Max mid-run, as a server that loses (or regains)
+	// capacity does: from each change's At (from the provider's start, on
+	// Config.Now) on, the provider serves at most its Max at once. They
+	// must be in order of At; each Max must be at least 1. Requests in
+	// service when Max drops finish as they are.
+	Changes []CapacityChange
+}
+
+// CapacityChange is a change of Capacity.Max at a time.
+type CapacityChange struct {
+	At  time.Duration // from the provider's start
+	Max int           // the slots from then on, at least 1
+}
+
+// maxAt is the number of slots at since (from the provider's start).
+func (c Capacity) maxAt(since time.Duration) int {
+	n := c.Max
+	for _, ch := range c.Changes {
+		if since < ch.At {
+			break
+		}
+		n = ch.Max
+	}
+	return n
 }
 
 // Flaky adds network faults to answers that no Script step decides. Each
@@ -329,6 +353,14 @@ func (c Config) Validate() error {
 	}
 	if c.Capacity.Max < 0 || c.Capacity.Hold < 0 || c.Capacity.RetryAfter < 0 {
 		bad("Capacity fields must not be negative")
+	}
+	if len(c.Capacity.Changes) > 0 && c.Capacity.Max == 0 {
+		bad("Capacity.Changes need a Capacity.Max: the slots before the first change")
+	}
+	for i, ch := range c.Capacity.Changes {
+		if ch.At < 0 || ch.Max < 1 || (i > 0 && ch.At < c.Capacity.Changes[i-1].At) {
+			bad("Capacity.Changes[%d]: need At >= 0 in order and Max >= 1, have %v, %d", i, ch.At, ch.Max)
+		}
 	}
 	f := c.Flaky
 	for _, p := range []float64{f.Reset, f.Truncate, f.Slow} {
@@ -418,6 +450,7 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	c.Overload = append([]Window(nil), c.Overload...)
+	c.Capacity.Changes = append([]CapacityChange(nil), c.Capacity.Changes...)
 	script := make([]Step, len(c.Script))
 	for i, s := range c.Script {
 		s.Header = s.Header.Clone()

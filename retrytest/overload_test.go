@@ -176,3 +176,45 @@ func TestCapacityWithDefaultBody(t *testing.T) {
 	}
 	assert.Equal(t, 1, tr.Stats().PeakInService)
 }
+
+// TestCapacityChanges: Capacity.Changes move Max at their time on the
+// provider's clock; requests in service when it drops finish as they are.
+func TestCapacityChanges(t *testing.T) {
+	clk := newClock()
+	b := newBlocker()
+	tr := transport(retrytest.Config{
+		Capacity: retrytest.Capacity{Max: 2, Changes: []retrytest.CapacityChange{
+			{At: time.Second, Max: 1},
+			{At: 2 * time.Second, Max: 3},
+		}},
+		Success: b,
+	}, clk)
+	var wg sync.WaitGroup
+	hold := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.Equal(t, 200, do(t, tr, apiURL, "").status)
+		}()
+		<-b.entered
+	}
+	hold()
+	hold()
+	assert.Equal(t, 503, do(t, tr, apiURL, "").status, "two slots, both taken")
+	clk.Set(time.Second)
+	assert.Equal(t, 503, do(t, tr, apiURL, "").status, "one slot now: the two in service finish as they are")
+	clk.Set(2 * time.Second)
+	hold()
+	assert.Equal(t, 503, do(t, tr, apiURL, "").status, "three slots, all taken")
+	close(b.release)
+	wg.Wait()
+	assert.Equal(t, 3, tr.Stats().PeakInService)
+
+	for _, bad := range []retrytest.Capacity{
+		{Changes: []retrytest.CapacityChange{{At: time.Second, Max: 1}}},
+		{Max: 2, Changes: []retrytest.CapacityChange{{At: time.Second, Max: 0}}},
+		{Max: 2, Changes: []retrytest.CapacityChange{{At: 2 * time.Second, Max: 1}, {At: time.Second, Max: 1}}},
+	} {
+		assert.Error(t, retrytest.Config{Capacity: bad}.Validate(), "%+v", bad)
+	}
+}
