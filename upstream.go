@@ -258,8 +258,8 @@ func (u *upstream) holdUntil(now, at time.Time, byQuota bool) bool {
 
 // openLocked ends slow start, if a probe is out: queued requests get their
 // turns in arrival order: paced slots, or, on an upstream that is neither
-// paced nor held, a ramp growing fourfold each round trip of the probe
-// (see slowStart.rampStep and rampFrom).
+// paced nor held, a ramp doubling every one and a half round trips of the
+// probe (see slowStart.rampStep and rampFrom).
 func (u *upstream) openLocked(now time.Time) {
 	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
 	step := u.start.rampStep(now)
