@@ -3,7 +3,6 @@ package otelretry
 import (
 	"context"
 	"math"
-	"reflect"
 	"sync"
 	"time"
 
@@ -96,16 +95,12 @@ func newInstruments(m metric.Meter) *instruments {
 	in.queued, err = m.Int64ObservableUpDownCounter(MetricQueued, metric.WithUnit("{request}"),
 		metric.WithDescription("Requests waiting to be admitted: for a hold, their paced turn, the client-side limits or the breaker."))
 	check(err)
-	if inFlightField != nil {
-		in.inFlight, err = m.Int64ObservableUpDownCounter(MetricInFlight, metric.WithUnit("{request}"),
-			metric.WithDescription("Attempts in flight."))
-		check(err)
-	}
-	if concLimitField != nil {
-		in.concLimit, err = m.Int64ObservableGauge(MetricConcurrencyLimit, metric.WithUnit("{request}"),
-			metric.WithDescription("The concurrency limit in force (learned, or configured)."))
-		check(err)
-	}
+	in.inFlight, err = m.Int64ObservableUpDownCounter(MetricInFlight, metric.WithUnit("{request}"),
+		metric.WithDescription("Attempts in flight."))
+	check(err)
+	in.concLimit, err = m.Int64ObservableGauge(MetricConcurrencyLimit, metric.WithUnit("{request}"),
+		metric.WithDescription("The adaptive concurrency limit learned for the upstream; 0 while none is (it has not pushed back)."))
+	check(err)
 	in.pace, err = m.Float64ObservableGauge(MetricPaceRate, metric.WithUnit("{request}/s"),
 		metric.WithDescription("The rate requests are paced at, learned from rate-limit headers or from what the upstream accepts; 0 when not paced."))
 	check(err)
@@ -194,51 +189,8 @@ func (in *instruments) observeStats(o metric.Observer, s retryhttp.Stats) {
 			o.ObserveInt64(in.rlLimit, q.Limit, dim)
 		}
 	}
-	if in.inFlight != nil {
-		o.ObserveInt64(in.inFlight, readInt(s, inFlightField), only)
-	}
-	if in.concLimit != nil {
-		o.ObserveInt64(in.concLimit, readInt(s, concLimitField), only)
-	}
-}
-
-// Adaptive concurrency adds an in-flight count and a learned limit to
-// retryhttp.Stats. The gauges for them are reported when Stats has such
-// fields, found by name when the package loads, so that they need no change
-// here once those fields exist; until then they are not registered.
-var (
-	inFlightField  = statsField("InFlight")
-	concLimitField = statsField("ConcurrencyLimit", "Limit", "MaxConcurrency")
-)
-
-// statsField returns the index of the first integer or float field of
-// Stats with one of the names, or nil.
-func statsField(names ...string) []int {
-	t := reflect.TypeOf(retryhttp.Stats{})
-	for _, n := range names {
-		f, ok := t.FieldByName(n)
-		if !ok {
-			continue
-		}
-		switch f.Type.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
-			reflect.Float32, reflect.Float64:
-			return f.Index
-		}
-	}
-	return nil
-}
-
-func readInt(s retryhttp.Stats, idx []int) int64 {
-	v := reflect.ValueOf(s).FieldByIndex(idx)
-	switch v.Kind() {
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return int64(v.Uint())
-	case reflect.Float32, reflect.Float64:
-		return int64(math.Round(v.Float()))
-	}
-	return v.Int()
+	o.ObserveInt64(in.inFlight, int64(s.InFlight), only)
+	o.ObserveInt64(in.concLimit, int64(s.Limit), only)
 }
 
 // attempt records the time an attempt waited to be admitted.

@@ -355,10 +355,10 @@ func TestConcurrencyGaugesFollowStats(t *testing.T) {
 	_, err := h.get(context.Background(), "/x")
 	require.NoError(t, err)
 	m := h.collect()
-	_, hasInFlight := m[MetricInFlight]
-	assert.Equal(t, inFlightField != nil, hasInFlight)
-	_, hasLimit := m[MetricConcurrencyLimit]
-	assert.Equal(t, concLimitField != nil, hasLimit)
+	require.Contains(t, m, MetricInFlight)
+	require.Contains(t, m, MetricConcurrencyLimit)
+	assert.Zero(t, value(m[MetricInFlight], nil), "the attempt's body is closed: nothing in flight")
+	assert.Zero(t, value(m[MetricConcurrencyLimit], nil), "a healthy upstream has no limit learned")
 }
 
 func TestClassification(t *testing.T) {
