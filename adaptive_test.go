@@ -298,17 +298,21 @@ func TestAdaptiveLimitRestoredWhenTheUpstreamFails(t *testing.T) {
 	// Never learned before the outage: no limit again.
 	d = newLimDriver(t, AdaptiveConcurrency{})
 	d.answer(d.send(), limitAccepted, time.Millisecond)
-	a, b := d.send(), d.send()
-	d.answer(b, limitRefused, time.Millisecond)
-	d.answer(a, limitRefused, time.Millisecond)
-	require.Equal(t, 1, d.limit())
+	out = out[:0]
+	for range limitSignalMin {
+		out = append(out, d.send())
+	}
+	for i := len(out) - 1; i >= 0; i-- {
+		d.answer(out[i], limitRefused, time.Millisecond)
+	}
+	require.Positive(t, d.limit())
 	d.l.failing()
 	assert.Equal(t, 0, d.limit())
 
 	// Something served since: it was a capacity after all.
 	d = newLimDriver(t, AdaptiveConcurrency{Initial: 40})
 	d.answer(d.send(), limitAccepted, time.Millisecond)
-	a, b = d.send(), d.send()
+	a, b := d.send(), d.send()
 	d.answer(b, limitRefused, time.Millisecond)
 	d.answer(a, limitAccepted, time.Millisecond)
 	_, changed = d.l.failing()
