@@ -557,3 +557,17 @@ func TestAdaptiveLimitCutCountsAllThatIsInFlight(t *testing.T) {
 	d.answer(next[35], limitRefused, time.Millisecond)
 	assert.Equal(t, 36, d.limit(), "0.9 × the 40 in flight, not 0.9 × the 4 older ones")
 }
+
+// A stray refusal with a few attempts out (a proxy's 503 at a healthy,
+// lightly loaded upstream) teaches no limit: learned from it, a limit of
+// one or two would queue every request behind the slowest answer.
+func TestAdaptiveLimitIgnoresAStrayRefusalWithFewInFlight(t *testing.T) {
+	d := newLimDriver(t, AdaptiveConcurrency{})
+	d.answer(d.send(), limitAccepted, time.Millisecond)
+	var out []limitTicket
+	for range 5 { // five out, as at a flaky upstream with slow answers
+		out = append(out, d.send())
+	}
+	assert.False(t, d.answer(out[len(out)-1], limitRefused, time.Millisecond), "not taken as full")
+	assert.Equal(t, 0, d.limit(), "no limit learned")
+}
