@@ -41,7 +41,7 @@ const (
 )
 
 // AdaptiveConcurrency configures the concurrency limit every upstream (see
-// WithKeyFunc) learns from its answers, so that requests beyond what the
+// [WithKeyFunc]) learns from its answers, so that requests beyond what the
 // upstream can serve wait their turn in the client instead of being sent to
 // be refused. The zero value means the defaults.
 //
@@ -49,11 +49,11 @@ const (
 //
 // The limit is how many attempts may be in flight to the upstream at once.
 // An attempt is in flight from the moment it is sent until its response
-// body is closed or read to EOF (or it fails), as with WithMaxConcurrency.
+// body is closed or read to EOF (or it fails), as with [WithMaxConcurrency].
 // An attempt that finds the limit reached waits in a first-come,
 // first-served queue, for at most as long as its deadline and
-// WithMaxQueueWait allow; one that cannot wait that long fails at once with
-// ErrRateLimited and a RetryAt.
+// [WithMaxQueueWait] allow; one that cannot wait that long fails at once with
+// [ErrRateLimited] and a RetryAt.
 //
 // At first there is no limit: an upstream that has never pushed back, or
 // that serves a handful of requests at a time, is never held back, and the
@@ -62,7 +62,7 @@ const (
 //
 //   - Refused: a 503, 529 or 504, or an attempt timeout, from an upstream
 //     that is busy (it served an attempt since the last cut, or still holds
-//     attempts sent before it) says it is full. The limit is cut to Backoff
+//     attempts sent before it) says it is full. The limit is cut to [Backoff]
 //     (0.9) times the attempts then in flight, and one less than them is
 //     remembered as the capacity found. One cut per round trip: the
 //     refusals of attempts sent before it each say that one fewer of them
@@ -95,7 +95,7 @@ const (
 // what it was before the cuts since the last accept: that was an outage,
 // not a capacity. A request refused as "full" is retried at once, into the
 // queue (or after the server's Retry-After), without drawing on the retry
-// budget; it still counts against WithMaxRetries.
+// budget; it still counts against [WithMaxRetries].
 //
 // # Known failure modes of latency-based limits, and what this one does
 //
@@ -137,16 +137,16 @@ type AdaptiveConcurrency struct {
 	// not watched, only refusals and timeouts.
 	LatencyTolerance float64
 
-	// Disabled turns the adaptive limit off: only WithMaxConcurrency, if
+	// Disabled turns the adaptive limit off: only [WithMaxConcurrency], if
 	// set, bounds the attempts in flight.
 	Disabled bool
 }
 
 // WithAdaptiveConcurrency configures the concurrency limit every upstream
-// learns (see AdaptiveConcurrency);
+// learns (see [AdaptiveConcurrency]);
 // WithAdaptiveConcurrency(AdaptiveConcurrency{Disabled: true}) turns it off.
 // It is on by default, with the defaults AdaptiveConcurrency lists. It
-// composes with the others: WithMaxConcurrency is a hard cap on top of it,
+// composes with the others: [WithMaxConcurrency] is a hard cap on top of it,
 // pacing bounds the rate, the breaker stops an upstream that fails. It
 // shapes the transport as a whole and has no per-request counterpart.
 func WithAdaptiveConcurrency(a AdaptiveConcurrency) Option {

@@ -19,7 +19,7 @@ const (
 	// does the least total work under contention but may retry almost at once.
 	FullJitter
 	// DecorrelatedJitter waits min(max, uniform draw from [base, 3·previous)),
-	// which finishes slightly sooner than FullJitter in the AWS study.
+	// which finishes slightly sooner than [FullJitter] in the AWS study.
 	DecorrelatedJitter
 )
 

@@ -10,7 +10,7 @@ import (
 )
 
 // ErrBodyNotReplayable reports that a request body could not be sent again:
-// it was larger than WithMaxBufferedBody, failed while being read, or its
+// it was larger than [WithMaxBufferedBody], failed while being read, or its
 // GetBody or Seek failed. The attempt already made is the outcome.
 var ErrBodyNotReplayable = errors.New("retryhttp: request body cannot be replayed")
 

@@ -22,7 +22,7 @@ const (
 )
 
 // CircuitBreaker configures the circuit breaker that every upstream (see
-// WithKeyFunc) has, so that an upstream that is down is not sent attempts
+// [WithKeyFunc]) has, so that an upstream that is down is not sent attempts
 // that cannot succeed, and callers learn the moment it is back. The zero
 // value means the defaults.
 //
@@ -36,7 +36,7 @@ const (
 // trips it, however its failures bunch together. Open, it lets no attempt go
 // for OpenFor, or for as long as a Retry-After on the failure that opened it
 // asked; callers wait for it when their deadline allows, and otherwise fail
-// at once with ErrCircuitOpen. Then it is half-open: Probes attempts go to
+// at once with [ErrCircuitOpen]. Then it is half-open: Probes attempts go to
 // test the upstream while everyone else keeps waiting for their answer.
 // When they succeed it closes and the callers that waited go, in the order
 // they came, spread over Spread rather than as a herd. When one fails it
@@ -108,10 +108,10 @@ type CircuitBreaker struct {
 }
 
 // WithCircuitBreaker configures the circuit breaker of every upstream (see
-// CircuitBreaker); WithCircuitBreaker(CircuitBreaker{Disabled: true}) turns
+// [CircuitBreaker]); WithCircuitBreaker(CircuitBreaker{Disabled: true}) turns
 // it off. The breaker is on by default, with the defaults CircuitBreaker
 // lists. It shapes the transport as a whole and has no per-request
-// counterpart (see RequestOption).
+// counterpart (see [RequestOption]).
 func WithCircuitBreaker(cb CircuitBreaker) Option {
 	return Option{func(c *config) { c.breaker = cb }}
 }

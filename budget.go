@@ -22,7 +22,7 @@ const (
 	maxBudgetRatio = 1000
 )
 
-// RetryBudget bounds the retries sent to each upstream (see WithKeyFunc) to a
+// RetryBudget bounds the retries sent to each upstream (see [WithKeyFunc]) to a
 // share of its requests, so that an outage cannot multiply the load on it:
 // the scheme of Finagle's RetryBudget and Tower's retry budget, and the
 // "retry ratio" of the SRE book. The zero value means the defaults.
@@ -64,15 +64,15 @@ type RetryBudget struct {
 	// against them). Default 10s; at least 1s.
 	Window time.Duration
 
-	// Disabled turns the budget off: retries are bounded by WithMaxRetries
+	// Disabled turns the budget off: retries are bounded by [WithMaxRetries]
 	// alone.
 	Disabled bool
 }
 
-// WithRetryBudget sets the retry budget of every upstream (see RetryBudget);
+// WithRetryBudget sets the retry budget of every upstream (see [RetryBudget]);
 // WithRetryBudget(RetryBudget{Disabled: true}) turns it off. The budget is on
 // by default, with the defaults RetryBudget lists. It shapes the transport as
-// a whole and has no per-request counterpart (see RequestOption).
+// a whole and has no per-request counterpart (see [RequestOption]).
 func WithRetryBudget(b RetryBudget) Option {
 	return Option{func(c *config) { c.retryBudget = b }}
 }

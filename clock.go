@@ -4,7 +4,7 @@ import "time"
 
 // Clock is the source of time for waits, timeouts and rate arithmetic.
 //
-// The default is the system clock. Tests inject their own (see WithClock) so
+// The default is the system clock. Tests inject their own (see [WithClock]) so
 // that a schedule of 1s, 2s, 4s... waits is checked exactly without sleeping
 // through it. The methods use only standard types so a fake clock needs no
 // import of this package.

@@ -3,12 +3,12 @@ package retryhttp
 import "context"
 
 // RequestOption overrides the retry policy for one request. Give it to
-// ContextWithOptions. Each constructor (MaxRetries, Backoff, ...) has a
-// transport-wide counterpart, an Option given to New (WithMaxRetries,
-// WithBackoff, ...), that sets the default for every request.
+// [ContextWithOptions]. Each constructor ([MaxRetries], [Backoff], ...) has a
+// transport-wide counterpart, an [Option] given to [New] ([WithMaxRetries],
+// [WithBackoff], ...), that sets the default for every request.
 //
 // It is a type of its own so that an option that shapes the transport as a
-// whole (WithLogger, WithRateLimit, WithCircuitBreaker, ...) cannot be given
+// whole ([WithLogger], [WithRateLimit], [WithCircuitBreaker], ...) cannot be given
 // per request, where it could have no effect: passing one does not compile.
 type RequestOption struct {
 	apply func(*policy)
@@ -23,10 +23,10 @@ func (o RequestOption) forTransport() Option {
 
 type requestOptionsKey struct{}
 
-// ContextWithOptions returns a context that makes a RetryTransport apply opts
+// ContextWithOptions returns a context that makes a [RetryTransport] apply opts
 // on top of its own configuration for the one request made with it: for
 // example MaxRetries(0) for a request that must not be retried, or a
-// longer Backoff for a batch job. Calls accumulate: options from an outer
+// longer [Backoff] for a batch job. Calls accumulate: options from an outer
 // ContextWithOptions apply first, so on the same setting the later call wins.
 func ContextWithOptions(ctx context.Context, opts ...RequestOption) context.Context {
 	if prev := requestOptions(ctx); prev != nil {

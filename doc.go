@@ -1,7 +1,7 @@
-// Package retryhttp is a drop-in http.RoundTripper that lets an HTTP client
+// Package retryhttp is a drop-in [http.RoundTripper] that lets an HTTP client
 // ride out rate limits, overloads and flaky networks.
 //
-// Set it as an http.Client's Transport, or hand such a client to a vendor
+// Set it as an [http.Client]'s Transport, or hand such a client to a vendor
 // SDK with the SDK's own retries turned off:
 //
 //	client := &http.Client{Transport: retryhttp.New(nil)}
@@ -15,11 +15,11 @@
 //     before anything is sent); then each attempt waits its turn on its
 //     upstream: past a hold (a 429, or a quota the headers say is used up),
 //     at the pace the rate-limit headers imply, within client-side limits
-//     (WithRateLimit), first come first served, past the upstream's circuit
+//     ([WithRateLimit]), first come first served, past the upstream's circuit
 //     breaker (while it is open, callers wait for its probe's answer), and
-//     for a concurrency slot (WithMaxConcurrency). A request that could not
-//     be admitted in time fails at once with ErrRateLimited, or
-//     ErrCircuitOpen when the breaker is the reason;
+//     for a concurrency slot ([WithMaxConcurrency]). A request that could not
+//     be admitted in time fails at once with [ErrRateLimited], or
+//     [ErrCircuitOpen] when the breaker is the reason;
 //  2. send: the attempt goes out with a fresh, byte-identical copy of the body
 //     (req.GetBody, a rewound io.Seeker, or a bounded buffer teed from the
 //     first attempt) and, if set, its own timeout;
@@ -28,19 +28,19 @@
 //     is failing (5xx, 529, attempt timeouts, connection errors); 408, 429, 500, 502, 503, 504, 529 and network
 //     errors are transient, everything else final, with the exceptions real
 //     APIs force (a rate-limit 403 is transient, a 429 for exhausted quota
-//     final); x-should-retry overrides the status, and WithClassifier can
+//     final); x-should-retry overrides the status, and [WithClassifier] can
 //     decide first;
 //  4. wait: the server's Retry-After or retry-after-ms is a floor; otherwise
 //     exponential backoff with jitter (1s, 2s, 4s, 8s, 16s, each plus up to
 //     1s, by default). A wait the server asks for that is longer than
-//     WithMaxRetryAfter, or one that would end past the context's deadline,
+//     [WithMaxRetryAfter], or one that would end past the context's deadline,
 //     ends retrying at once: the caller gets the last outcome now rather than
 //     a failure later. A retry after an upstream failure also draws on the
-//     upstream's retry budget (WithRetryBudget), so an outage cannot
+//     upstream's retry budget ([WithRetryBudget]), so an outage cannot
 //     multiply the load on it.
 //
 // The outcome is the last response, returned with its body unread and its
-// type kept (a 101 body stays an io.ReadWriteCloser), or an *Error when the
+// type kept (a 101 body stays an io.ReadWriteCloser), or an [*Error] when the
 // last attempt ended in a transport error. Bodies of superseded attempts are
 // drained (up to 64 KiB, for at most 200 ms) and closed so connections are
 // reused, and a stalled body never holds up the call; response
@@ -49,14 +49,14 @@
 // # Streams and tokens
 //
 // A 2xx server-sent event stream is read up to its first event before it is
-// returned (WithFirstEventCheck: 2s, 64 KiB): a first event that is a
+// returned ([WithFirstEventCheck]: 2s, 64 KiB): a first event that is a
 // transient error (Anthropic's overloaded_error, OpenAI's server_error
 // chunk) is judged and retried as the 529, 500 or 429 it stands for, since
 // nothing has reached the caller; otherwise the bytes read are served
 // first and the rest passes straight through. Errors later in a stream are
 // never retried: they are the caller's. Token limits (WithRateLimit) book
 // an estimate when a request is admitted and are settled by the usage its
-// response reports, read as the body passes; WithKeyByModel applies
+// response reports, read as the body passes; [WithKeyByModel] applies
 // pacing, holds and limits per model, as providers do.
 //
 // # What is learned from a server, and how far it is trusted
@@ -74,7 +74,7 @@
 //     and RetryAt.
 //   - The server's clock: absolute times (RFC 3339 and epoch resets,
 //     Retry-After dates) are read against the response's Date header (see
-//     ServerNow) and treated as good to about a second (Quota.Coarse). A
+//     [ServerNow]) and treated as good to about a second (Quota.Coarse). A
 //     reset at or before the server's now means now.
 //   - Observations beat statements: 429s lower the pace (once per round
 //     trip, as TCP does on loss) and lower what readings seemed to prove;
@@ -91,17 +91,17 @@
 //
 // # Errors
 //
-// CheckResponse turns any (resp, err) pair into an *Error for statuses of 400
+// [CheckResponse] turns any (resp, err) pair into an *Error for statuses of 400
 // and above. It carries the status, attempts, whether retrying later may
 // help and when, and what the provider said (its error type, message and
 // request id). Error() is for logs; UserMessage is a calm sentence for end
 // users. Neither ever holds credentials: URLs, error texts, log lines and
 // hook arguments are redacted, the request's own credential headers'
-// values wherever they appear, and WithKeyFunc keys are fingerprinted.
+// values wherever they appear, and [WithKeyFunc] keys are fingerprinted.
 //
 // # Shared quotas
 //
-// Limits belong to an account, not a process. WithQuotaBackend keeps the
+// Limits belong to an account, not a process. [WithQuotaBackend] keeps the
 // client-side limits and the holds learned from the server in a store that
 // many processes share (the redisquota module keeps them in Redis); when the
 // store cannot be reached, each process falls back to its local share of
@@ -111,11 +111,11 @@
 //
 // Stats reports, per upstream, requests, attempts, retries, 429s, upstream
 // failures, the breaker's state, the queue and the budget left. Hooks
-// (WithHooks) report attempts, retries, give-ups and breaker changes as they
-// happen; WithLogger logs them through log/slog.
+// ([WithHooks]) report attempts, retries, give-ups and breaker changes as they
+// happen; [WithLogger] logs them through log/slog.
 //
 // # Time
 //
-// All waits go through a Clock (WithClock), so tests can run a whole retry
+// All waits go through a [Clock] ([WithClock]), so tests can run a whole retry
 // schedule without sleeping through it.
 package retryhttp

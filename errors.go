@@ -24,7 +24,7 @@ const maxErrorBody = 64 << 10
 // maxMessage bounds the provider message kept in an Error.
 const maxMessage = 500
 
-// Error is a failed request, as RoundTrip or CheckResponse report it. Error()
+// Error is a failed request, as RoundTrip or [CheckResponse] report it. Error()
 // is the technical summary for logs; UserMessage is for the people behind the
 // client. Neither holds credentials, nor do the text fields (URL, Message,
 // ProviderType, RequestID, StopReason):
@@ -41,7 +41,7 @@ const maxMessage = 500
 //     jwt, hmac or assertion; names with sig, pass, pw or otp as a word
 //     ("url_sig", "db_pw"); and code.
 //
-// Err is the original error, unredacted, so that errors.Is and errors.As
+// Err is the original error, unredacted, so that [errors.Is] and [errors.As]
 // reach it: log e.Error(), not e.Err.Error().
 type Error struct {
 	StatusCode int       // the last status seen; 0 when no response came back
@@ -68,7 +68,7 @@ type Error struct {
 
 // Error returns the technical summary: method, host and path, status,
 // provider type and message, attempts, request id, why retrying stopped, and
-// the cause, with credentials redacted (see Error).
+// the cause, with credentials redacted (see [Error]).
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("retryhttp: ")
@@ -113,7 +113,7 @@ func (e *Error) onlyStopped() bool {
 	return ok && s.cause == nil && e.StopReason != ""
 }
 
-// Unwrap returns Err, so errors.Is and errors.As reach the cause.
+// Unwrap returns Err, so [errors.Is] and [errors.As] reach the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
 // UserMessage returns a calm, action-oriented sentence for the people using
@@ -298,7 +298,7 @@ func (c *call) transportError(err error, stop string) *Error {
 func joinErrors(outer, inner error) error { return fmt.Errorf("%w: %w", outer, inner) }
 
 // CheckResponse turns the result of an HTTP call into an error: nil when err
-// is nil and the status is below 400, otherwise an *Error. It works on any
+// is nil and the status is below 400, otherwise an [*Error]. It works on any
 // response, ours or not. It reads at most 64 KiB of an error body to find the
 // provider's error type, message and suggested wait (the Anthropic and OpenAI
 // JSON shapes, GitHub's, or plain text), and puts those bytes back, so the

@@ -8,14 +8,14 @@ import (
 )
 
 // Event describes one step of a request's life, for hooks. Its URL, error
-// text and reason are redacted as Error's are: no credentials reach a hook.
+// text and reason are redacted as [Error]'s are: no credentials reach a hook.
 //
-// Durations (Wait, Duration) are measured on the transport's Clock.
+// Durations (Wait, Duration) are measured on the transport's [Clock].
 type Event struct {
 	// Context is the request's context: a tracer finds the caller's span
 	// in it, and a hook can tell the requests of one caller apart.
 	Context context.Context
-	// Key names the upstream, as Stats does (credentials fingerprinted).
+	// Key names the upstream, as [Stats] does (credentials fingerprinted).
 	Key        string
 	Method     string
 	URL        string // redacted
@@ -24,13 +24,13 @@ type Event struct {
 	Err        error  // the attempt's error, its message redacted
 	// Wait is, for OnRetry, the wait before the next attempt; for OnAttempt,
 	// how long this attempt waited to be admitted (0: it did not wait);
-	// for OnGiveUp of a request refused before it was sent (ErrRateLimited,
-	// ErrCircuitOpen), how long it waited before it was refused.
+	// for OnGiveUp of a request refused before it was sent ([ErrRateLimited],
+	// [ErrCircuitOpen]), how long it waited before it was refused.
 	Wait time.Duration
-	// WaitKind says what Wait was for: WaitBackoff or WaitServer on
+	// [WaitKind] says what Wait was for: [WaitBackoff] or [WaitServer] on
 	// OnRetry; on OnAttempt and OnGiveUp, what held the attempt back the
-	// longest (WaitHold, WaitPace, WaitProbe, WaitLimit, WaitBreaker,
-	// WaitConcurrency), or WaitNone.
+	// longest ([WaitHold], [WaitPace], [WaitProbe], [WaitLimit], [WaitBreaker],
+	// [WaitConcurrency]), or [WaitNone].
 	WaitKind WaitKind
 	// Duration is, for OnAttemptDone, how long the attempt took: from the
 	// moment it was handed to the base transport until its response
@@ -41,9 +41,9 @@ type Event struct {
 	// (whether one is made is for the policy: OnRetry or OnGiveUp follows).
 	Retryable bool
 	// Stop is, for OnGiveUp, why retrying stopped, as a sentinel for
-	// errors.Is: ErrRetriesExhausted, ErrServerWaitTooLong, ErrPastDeadline,
-	// ErrRetryBudgetSpent, ErrBodyNotReplayable, ErrRateLimited or
-	// ErrCircuitOpen. Reason says the same in words, with the figures.
+	// [errors.Is]: [ErrRetriesExhausted], [ErrServerWaitTooLong], [ErrPastDeadline],
+	// [ErrRetryBudgetSpent], [ErrBodyNotReplayable], [ErrRateLimited] or
+	// [ErrCircuitOpen]. Reason says the same in words, with the figures.
 	Stop error
 	// Reason is, for OnRetry and OnAttemptDone, the attempt's outcome in
 	// words ("503 Service Unavailable", or the error); for OnGiveUp, why
@@ -71,12 +71,12 @@ const (
 	// WaitProbe: the attempt queued behind the probe that slow start sends
 	// first to an upstream that is new or back from a hold.
 	WaitProbe WaitKind = "probe"
-	// WaitLimit: the client-side limits (WithRateLimit, a shared quota)
+	// WaitLimit: the client-side limits ([WithRateLimit], a shared quota)
 	// had no room yet.
 	WaitLimit WaitKind = "limit"
 	// WaitBreaker: the upstream's circuit breaker was open or probing.
 	WaitBreaker WaitKind = "breaker"
-	// WaitConcurrency: every WithMaxConcurrency slot was taken.
+	// WaitConcurrency: every [WithMaxConcurrency] slot was taken.
 	WaitConcurrency WaitKind = "concurrency"
 )
 
@@ -84,7 +84,7 @@ const (
 // quick: count in your metrics, do not block. A nil hook is skipped.
 type Hooks struct {
 	// OnAttempt is called before each attempt is sent, once it has been
-	// admitted; Wait and WaitKind say how long it waited for that, and why.
+	// admitted; Wait and [WaitKind] say how long it waited for that, and why.
 	OnAttempt func(Event)
 	// OnAttemptDone is called after each attempt sent, once its response
 	// headers or its error came back and the transport judged it: status or
@@ -94,14 +94,14 @@ type Hooks struct {
 	// OnGiveUp is called when retrying stops early while the outcome is
 	// still transient: retries exhausted, a server wait or a deadline too
 	// far, the retry budget spent, or a request refused before its first
-	// attempt (ErrRateLimited, ErrCircuitOpen). A final outcome (a 400, a
+	// attempt ([ErrRateLimited], [ErrCircuitOpen]). A final outcome (a 400, a
 	// success) and the caller's own cancellation are not give-ups.
 	OnGiveUp func(Event)
 	// OnBreaker is called when an upstream's circuit breaker changes
 	// state, after the change.
 	OnBreaker func(BreakerEvent)
 	// OnLimit is called when an upstream's adaptive concurrency limit (see
-	// AdaptiveConcurrency) changes much: it is first learned, it moves by
+	// [AdaptiveConcurrency]) changes much: it is first learned, it moves by
 	// a quarter or more since the last call, or it is dropped.
 	OnLimit func(LimitEvent)
 }

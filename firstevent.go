@@ -20,7 +20,7 @@ import (
 // response is handed over, the transport never retries: an error later in
 // the stream is the caller's to handle.
 
-// Defaults of the first-event check; see WithFirstEventCheck.
+// Defaults of the first-event check; see [WithFirstEventCheck].
 const (
 	DefaultFirstEventTimeout  = 2 * time.Second
 	DefaultFirstEventMaxBytes = 64 << 10
@@ -30,7 +30,7 @@ const (
 // reads a streamed answer before returning it: for a 2xx response of type
 // text/event-stream (not compressed) it reads the first event, at most
 // maxBytes bytes for at most timeout. The defaults are 2s and 64 KiB
-// (DefaultFirstEventTimeout, DefaultFirstEventMaxBytes); a timeout of 0 or
+// ([DefaultFirstEventTimeout], [DefaultFirstEventMaxBytes]); a timeout of 0 or
 // less turns the check off, a maxBytes of 0 or less keeps the default.
 // Per request: [FirstEventCheck].
 //
@@ -58,7 +58,7 @@ const (
 // the budget used up), the caller gets that last stream, error event
 // included, as the server sent it.
 //
-// The wait is real time, not the transport's Clock (WithClock), as are the
+// The wait is real time, not the transport's [Clock] ([WithClock]), as are the
 // bounds on peeking at error bodies: a test clock whose timers fire at once
 // would otherwise end every check before the first byte.
 //
@@ -80,7 +80,7 @@ func WithFirstEventCheck(timeout time.Duration, maxBytes int) Option {
 // transport reads a streamed answer's first event before returning it;
 // [WithFirstEventCheck] sets it for every request and describes the check.
 // A timeout of 0 or less turns it off for the request; a maxBytes of 0 or
-// less means DefaultFirstEventMaxBytes.
+// less means [DefaultFirstEventMaxBytes].
 func FirstEventCheck(timeout time.Duration, maxBytes int) RequestOption {
 	if maxBytes <= 0 {
 		maxBytes = DefaultFirstEventMaxBytes

@@ -30,13 +30,13 @@ import (
 // ParseRateLimits reads the rate-limit state that the headers of one response
 // describe, at time now, normalised across the header families servers use.
 // It never fails: a value that cannot be read leaves its field unset, and a
-// response without rate-limit headers yields the zero RateLimits (one pass
+// response without rate-limit headers yields the zero [RateLimits] (one pass
 // over the header keys, no allocation). Keys are matched in canonical form,
-// as http.Header.Get does.
+// as [http.Header.Get] does.
 //
 // Families, most specific first. When several describe the same dimension,
 // the first in this list that says anything about it supplies that
-// dimension's whole Quota (fields are never mixed across families, whose
+// dimension's whole [Quota] (fields are never mixed across families, whose
 // windows may differ):
 //
 //   - Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}.
@@ -47,9 +47,9 @@ import (
 //     RateLimit-Policy: "default";q=100;w=60 (RFC 9651 lists). An item is
 //     matched to its policy by name: r is Remaining, t the delay to Reset,
 //     q the Limit, w the Window. A policy whose qu parameter or name says
-//     tokens maps to Tokens (InputTokens or OutputTokens if it also says
+//     tokens maps to [Tokens] ([InputTokens] or [OutputTokens] if it also says
 //     input/prompt or output/completion); qu="requests" or no qu and a plain
-//     name map to Requests; other units (content-bytes, concurrent-requests)
+//     name map to [Requests]; other units (content-bytes, concurrent-requests)
 //     are ignored. Of several items for one dimension the one with the least
 //     remaining (then the later reset) is reported; a policy without an item
 //     gives its Limit only if no item covers its dimension. Malformed list
@@ -88,7 +88,7 @@ import (
 // quotas are token buckets, false for the fixed windows of the others.
 //
 // Absolute resets (RFC 3339, epoch, HTTP-date) are on the server's clock:
-// they are read against the response's Date header (see ServerNow) and the
+// they are read against the response's Date header (see [ServerNow]) and the
 // distance applied to now, so a server whose clock is seconds off reports
 // the same resets as one whose clock agrees. Such a reset has whole-second
 // precision, and servers cut it either way (Go's time.Format truncates), so

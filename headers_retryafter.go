@@ -37,7 +37,7 @@ const epochFloor = 1_000_000_000
 //
 // An HTTP-date or a timestamp is on the server's clock, which may be seconds
 // off the client's: it is read against the response's Date header (the
-// server's now, see ServerNow), so the wait survives the skew. Both are whole
+// server's now, see [ServerNow]), so the wait survives the skew. Both are whole
 // seconds, so such a wait is good to about a second either way.
 func ParseRetryAfter(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	if d, ok := parseRetryAfterMs(h.Get("Retry-After-Ms")); ok {

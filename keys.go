@@ -34,7 +34,7 @@ type upstreamKey struct {
 // "key:" and 16 hex digits (the first 8 bytes of the value's SHA-256), the
 // same in every process and different for different values. Returning the
 // API key itself is therefore safe, and a label is fingerprinted too.
-// WithKeyByModel adds the request's model to what f returns; ModelOf reads
+// [WithKeyByModel] adds the request's model to what f returns; [ModelOf] reads
 // it for a key function of your own.
 func WithKeyFunc(f func(*http.Request) string) Option {
 	return Option{func(c *config) { c.keyFunc = f }}
@@ -70,17 +70,17 @@ func (t *RetryTransport) keyOf(req *http.Request) upstreamKey {
 	return k
 }
 
-// WithKeyByModel adds the request's model (see ModelOf) to its upstream key,
+// WithKeyByModel adds the request's model (see [ModelOf]) to its upstream key,
 // so that pacing, holds, client-side limits, the circuit breaker and the
 // retry budget apply per model: providers limit each model on its own
 // (Anthropic and OpenAI per model, Gemini per model and project), and a
 // burst or an outage on one model should not hold back another. It works
-// with the default key (per host) and with WithKeyFunc (per API key, say).
+// with the default key (per host) and with [WithKeyFunc] (per API key, say).
 // A request that names no model keeps the key without one.
 //
 // The model is read from the body through req.GetBody, which the official
-// SDKs and http.NewRequest set, so the body itself is never consumed; a
-// body without GetBody is not read. The model is written out in Stats keys,
+// SDKs and [http.NewRequest] set, so the body itself is never consumed; a
+// body without GetBody is not read. The model is written out in [Stats] keys,
 // logs and hooks after a "#" ("https://api.openai.com#gpt-5-mini"): a model
 // name is not a credential. One that is longer than 128 bytes or holds
 // characters other than letters, digits and ._:/@+- is written as its
@@ -103,7 +103,7 @@ const maxModelLabel = 128
 // else the model in the URL's path, as Gemini names it
 // (/v1beta/models/gemini-2.5-flash:generateContent) and Azure OpenAI its
 // deployment (/openai/deployments/my-gpt/chat/completions). Use it in a
-// WithKeyFunc of your own; WithKeyByModel adds it to the default key.
+// [WithKeyFunc] of your own; [WithKeyByModel] adds it to the default key.
 func ModelOf(req *http.Request) string {
 	if req == nil {
 		return ""

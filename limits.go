@@ -10,7 +10,7 @@ import (
 // ErrRateLimited reports that a request could not be admitted in time: the
 // upstream's quota (a client-side limit, or a hold the server asked for) would
 // not free up before the caller's deadline or the longest wait allowed. It is
-// the Err of a retryable *Error whose RetryAt says when to try again.
+// the Err of a retryable [*Error] whose RetryAt says when to try again.
 var ErrRateLimited = errors.New("retryhttp: rate limited")
 
 // Limits are client-side rate limits, per minute, enforced on each upstream
@@ -23,10 +23,10 @@ type Limits struct {
 	OutputTokensPerMinute int // OTPM
 }
 
-// WithRateLimit enforces l on every upstream (see WithKeyFunc). Limits are
+// WithRateLimit enforces l on every upstream (see [WithKeyFunc]). Limits are
 // smooth: at most one second's worth of a limit goes at once (never less
-// than one request), unless WithRateLimitBurst allows more. Token counts come
-// from WithTokens, WithTokenEstimator or DefaultTokenEstimator; rate-limit
+// than one request), unless [WithRateLimitBurst] allows more. Token counts come
+// from [WithTokens], [WithTokenEstimator] or [DefaultTokenEstimator]; rate-limit
 // headers that report fewer tokens remaining than the local count correct it.
 //
 // Tokens are counted as the providers count them: an attempt books its
@@ -40,12 +40,12 @@ type Limits struct {
 // stream_options.include_usage), as they pass, without buffering. A body
 // that is not read, or reports no usage, keeps its booking; requests
 // already waiting keep the start they were given. A booking on a
-// QuotaBackend is not settled.
+// [QuotaBackend] is not settled.
 func WithRateLimit(l Limits) Option {
 	return Option{func(c *config) { c.limits = l }}
 }
 
-// WithRateLimitBurst sets how much of each WithRateLimit limit may go at once,
+// WithRateLimitBurst sets how much of each [WithRateLimit] limit may go at once,
 // as a duration's worth of it. The default is one second.
 func WithRateLimitBurst(d time.Duration) Option {
 	return Option{func(c *config) { c.limitBurst = d }}
@@ -53,12 +53,12 @@ func WithRateLimitBurst(d time.Duration) Option {
 
 // WithMaxQueueWait bounds how long a request may wait to be admitted (behind
 // a hold, pacing, client-side limits, an open circuit breaker, or in the
-// queue of the adaptive concurrency limit, see AdaptiveConcurrency). A request
+// queue of the adaptive concurrency limit, see [AdaptiveConcurrency]). A request
 // that surely cannot be admitted in time fails at once, without waiting
-// first: with ErrRateLimited, or ErrCircuitOpen for the breaker. A turn that
+// first: with [ErrRateLimited], or [ErrCircuitOpen] for the breaker. A turn that
 // is only projected by a pace still being learned is waited for up to the
 // limit instead, since the pace may yet bring it forward. The default is the
-// WithMaxRetryAfter limit (60s); the request context's deadline always
+// [WithMaxRetryAfter] limit (60s); the request context's deadline always
 // applies too. Per request: [MaxQueueWait].
 func WithMaxQueueWait(d time.Duration) Option {
 	return MaxQueueWait(d).forTransport()
@@ -66,7 +66,7 @@ func WithMaxQueueWait(d time.Duration) Option {
 
 // MaxQueueWait overrides, for one request, how long it may wait to be
 // admitted; [WithMaxQueueWait] sets it for every request. 0 (or less)
-// means the request's MaxRetryAfter limit.
+// means the request's [MaxRetryAfter] limit.
 func MaxQueueWait(d time.Duration) RequestOption {
 	return RequestOption{func(p *policy) { p.maxQueueWait = maxDuration(d, 0) }}
 }

@@ -27,8 +27,8 @@ import (
 
 // ErrCircuitOpen reports that the upstream is failing and the caller could not
 // wait for it to recover: its circuit breaker is open and the request's
-// deadline (or WithMaxQueueWait) ends before the breaker next lets an attempt
-// through. It comes wrapped in a retryable *Error whose RetryAt is that time.
+// deadline (or [WithMaxQueueWait]) ends before the breaker next lets an attempt
+// through. It comes wrapped in a retryable [*Error] whose RetryAt is that time.
 var ErrCircuitOpen = errors.New("retryhttp: circuit open")
 
 // awaitBreaker waits until the upstream's breaker lets an attempt go, and

@@ -22,9 +22,9 @@ const (
 	DefaultMaxBufferedBody = 8 << 20 // 8 MiB: a long prompt with a few images
 )
 
-// Option configures a RetryTransport. Options are applied in order by New.
+// Option configures a [RetryTransport]. Options are applied in order by [New].
 // The retry-policy options have per-request counterparts of type
-// RequestOption, given to ContextWithOptions (WithMaxRetries: MaxRetries);
+// [RequestOption], given to [ContextWithOptions] ([WithMaxRetries]: [MaxRetries]);
 // the others shape the transport as a whole and have none.
 type Option struct {
 	apply func(*config)
@@ -165,7 +165,7 @@ func BackoffMultiplier(f float64) RequestOption {
 
 // WithJitter sets the most random time added to each computed wait, drawn
 // uniformly from [0, max) afresh each time. The default is 1s; 0 adds none.
-// With FullJitter or DecorrelatedJitter the backoff's randomness comes from
+// With [FullJitter] or [DecorrelatedJitter] the backoff's randomness comes from
 // the strategy itself and this value is not added to it. A wait the server
 // asked for (Retry-After) gets jitter in proportion to itself: up to a
 // fifth of it, never more than this value, so a 50 ms Retry-After waits at
@@ -183,15 +183,15 @@ func Jitter(max time.Duration) RequestOption {
 }
 
 // WithJitterStrategy chooses how randomness is applied to the backoff. The
-// default, AdditiveJitter, is the contract's "computed wait plus up to
-// WithJitter". See JitterStrategy. Per request: [UseJitterStrategy].
+// default, [AdditiveJitter], is the contract's "computed wait plus up to
+// [WithJitter]". See [JitterStrategy]. Per request: [UseJitterStrategy].
 func WithJitterStrategy(s JitterStrategy) Option {
 	return UseJitterStrategy(s).forTransport()
 }
 
 // UseJitterStrategy overrides, for one request, how randomness is applied
 // to the backoff; [WithJitterStrategy] sets it for every request. (It is
-// not named JitterStrategy, the name of the strategies' type.)
+// not named [JitterStrategy], the name of the strategies' type.)
 func UseJitterStrategy(s JitterStrategy) RequestOption {
 	return RequestOption{func(p *policy) { p.jitterStrategy = s }}
 }
@@ -206,7 +206,7 @@ func WithMaxRetryAfter(d time.Duration) Option {
 
 // MaxRetryAfter overrides, for one request, the longest server-requested
 // wait that is honoured; [WithMaxRetryAfter] sets it for every request. It
-// is also the default limit on waiting to be admitted (see MaxQueueWait).
+// is also the default limit on waiting to be admitted (see [MaxQueueWait]).
 // Negative values are treated as 0.
 func MaxRetryAfter(d time.Duration) RequestOption {
 	return RequestOption{func(p *policy) { p.maxRetryAfter = maxDuration(d, 0) }}
@@ -248,8 +248,8 @@ func MaxBufferedBody(n int64) RequestOption {
 // WithLogger sends the transport's logs to l: debug per attempt, info per
 // retry (with the wait and the reason), warn on giving up. nil, the default,
 // is silent. Credentials never appear in log lines: URLs and error texts are
-// redacted as Error's are (the request's own Authorization, X-Api-Key,
-// Api-Key and Cookie values included), and an upstream keyed by WithKeyFunc
+// redacted as [Error]'s are (the request's own Authorization, X-Api-Key,
+// Api-Key and Cookie values included), and an upstream keyed by [WithKeyFunc]
 // is named by its fingerprint.
 func WithLogger(l *slog.Logger) Option {
 	return Option{func(c *config) { c.logger = l }}
@@ -267,8 +267,8 @@ func WithClock(clk Clock) Option {
 }
 
 // WithClassifier installs a classifier that is asked first about every
-// outcome. It returns Retry or Stop to decide, or Default to defer to the
-// built-in rules (see Retryable). Per request: [Classify].
+// outcome. It returns [Retry] or [Stop] to decide, or [Default] to defer to the
+// built-in rules (see [Retryable]). Per request: [Classify].
 func WithClassifier(f Classifier) Option {
 	return Classify(f).forTransport()
 }
@@ -310,7 +310,7 @@ type Classifier func(resp *http.Response, err error) Verdict
 // Errors: transient unless a retry cannot help: the request's own context
 // ended, a certificate failed verification, the server does not speak TLS,
 // the host does not exist (DNS "not found"), or the request itself is
-// invalid (ErrInvalidRequest). Everything else, including errors net/http
+// invalid ([ErrInvalidRequest]). Everything else, including errors net/http
 // reports without a type (an unexpected EOF, a closed idle connection), is a
 // network failure and transient.
 func Retryable(resp *http.Response, err error) bool {

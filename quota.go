@@ -46,7 +46,7 @@ import (
 // others' since. A request that could not start in time books nothing.
 
 // DefaultQuotaTimeout is how long a request waits at most for the
-// QuotaBackend's answer before it falls back to local limits.
+// [QuotaBackend]'s answer before it falls back to local limits.
 const DefaultQuotaTimeout = 50 * time.Millisecond
 
 // quotaRetryInterval is how often a backend that is down is asked again.
@@ -56,7 +56,7 @@ const quotaRetryInterval = time.Second
 // taken for down.
 const quotaTripAfter = 3
 
-// The names of QuotaTake, one per Limits field.
+// The names of [QuotaTake], one per [Limits] field.
 const (
 	QuotaRequests     = "rpm"  // Limits.RequestsPerMinute, one unit per attempt
 	QuotaTokens       = "tpm"  // Limits.TokensPerMinute, input and output tokens
@@ -71,14 +71,14 @@ var quotaNames = [len(dimensions)]string{
 
 // QuotaBackend keeps the quota state that processes share: client-side
 // limits and holds learned from the server, per upstream key (see
-// WithKeyFunc). Implementations must be safe for concurrent use and should
+// [WithKeyFunc]). Implementations must be safe for concurrent use and should
 // honour ctx; the transport stops waiting for an answer at its timeout
 // either way.
 //
 // Processes' clocks disagree, so what crosses the interface are durations:
 // Take answers how long to wait, which the transport counts from the moment
 // the answer came back, on its own clock. now is the caller's time (its
-// WithClock) when it called, for a backend that keeps time on the callers'
+// [WithClock]) when it called, for a backend that keeps time on the callers'
 // clock, as an in-memory one would; a backend with a clock of its own (a
 // Redis server's) keeps time on that one.
 type QuotaBackend interface {
@@ -92,7 +92,7 @@ type QuotaBackend interface {
 	//
 	// An attempt that would wait longer than maxWait (its deadline, or the
 	// longest queue wait allowed) books nothing: Take returns the wait it
-	// would have had, and the request fails with ErrRateLimited without
+	// would have had, and the request fails with [ErrRateLimited] without
 	// holding a slot nobody will use.
 	Take(ctx context.Context, key string, takes []QuotaTake, now time.Time, maxWait time.Duration) (time.Duration, error)
 	// Hold records that key is held until until (a 429's Retry-After, a
@@ -103,7 +103,7 @@ type QuotaBackend interface {
 
 // QuotaTake is one limit's part of a booking: a bucket refilled at
 // PerSecond that holds at most Burst, from which the attempt takes N units.
-// Name is QuotaRequests, QuotaTokens, QuotaInputTokens or QuotaOutputTokens;
+// Name is [QuotaRequests], [QuotaTokens], [QuotaInputTokens] or [QuotaOutputTokens];
 // a backend keeps one bucket per key and name.
 type QuotaTake struct {
 	Name      string
@@ -112,9 +112,9 @@ type QuotaTake struct {
 	N         float64
 }
 
-// WithQuotaBackend shares the WithRateLimit limits, and the holds learned
+// WithQuotaBackend shares the [WithRateLimit] limits, and the holds learned
 // from servers, with every process that uses the same backend (see
-// QuotaBackend and the redisquota module). localShare is the part of each
+// [QuotaBackend] and the redisquota module). localShare is the part of each
 // limit this process may use on its own while the backend cannot be
 // reached: 0.25 for one of four replicas. It must be in (0, 1]:
 // WithQuotaBackend panics otherwise, since a share of 0 would stop every
@@ -123,10 +123,10 @@ type QuotaTake struct {
 // outage.
 //
 // With a backend, every attempt asks it (one round trip, bounded by
-// WithQuotaTimeout), even on an upstream without client-side limits, so
+// [WithQuotaTimeout]), even on an upstream without client-side limits, so
 // that it learns the fleet's holds. A nil backend keeps every quota in
 // memory, as without this option. It shapes the transport as a whole and
-// has no per-request counterpart (see RequestOption).
+// has no per-request counterpart (see [RequestOption]).
 func WithQuotaBackend(b QuotaBackend, localShare float64) Option {
 	if b != nil && !(localShare > 0 && localShare <= 1) {
 		panic("retryhttp: WithQuotaBackend: localShare must be in (0, 1], got " + strconv.FormatFloat(localShare, 'g', -1, 64))
@@ -139,9 +139,9 @@ func WithQuotaBackend(b QuotaBackend, localShare float64) Option {
 	}}
 }
 
-// WithQuotaTimeout bounds each call to the WithQuotaBackend backend: past
+// WithQuotaTimeout bounds each call to the [WithQuotaBackend] backend: past
 // it, the request goes on under local limits. The default is
-// DefaultQuotaTimeout; 0 or less restores it.
+// [DefaultQuotaTimeout]; 0 or less restores it.
 func WithQuotaTimeout(d time.Duration) Option {
 	return Option{func(c *config) { c.quotaTimeout = maxDuration(d, 0) }}
 }

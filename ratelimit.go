@@ -71,7 +71,7 @@ func (q Quota) Known() bool { return q.HasLimit || q.HasRemaining || !q.Reset.Is
 func (q Quota) Exhausted() bool { return q.HasRemaining && q.Remaining <= 0 }
 
 // RateLimits is the rate-limit state one response's headers describe,
-// normalised across header families (see ParseRateLimits).
+// normalised across header families (see [ParseRateLimits]).
 type RateLimits struct {
 	Requests     Quota
 	Tokens       Quota // input and output together

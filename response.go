@@ -113,7 +113,7 @@ func trackedBody(resp *http.Response) *responseBody {
 }
 
 // Attempts returns how many attempts were made for a response that a
-// RetryTransport returned: 1 when it was not retried. It returns 0 for a nil
+// [RetryTransport] returned: 1 when it was not retried. It returns 0 for a nil
 // response or one that did not come from a RetryTransport.
 func Attempts(resp *http.Response) int {
 	if b := trackedBody(resp); b != nil {

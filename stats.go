@@ -6,18 +6,18 @@ import (
 	"time"
 )
 
-// Stats is a snapshot of one upstream's state (see WithKeyFunc for what an
+// Stats is a snapshot of one upstream's state (see [WithKeyFunc] for what an
 // upstream is): what it has been sent, what it answered, and what the
 // transport currently holds back. Counters run from the upstream's first
 // request; an upstream evicted from the transport's table (more than 1024
 // in use) starts again from zero.
 type Stats struct {
 	// Key names the upstream: "scheme://host[:port]", or the fingerprint
-	// of the WithKeyFunc value ("key:" and 16 hex digits; the value itself
-	// is never shown); with WithKeyByModel, followed by "#" and the model
+	// of the [WithKeyFunc] value ("key:" and 16 hex digits; the value itself
+	// is never shown); with [WithKeyByModel], followed by "#" and the model
 	// ("https://api.anthropic.com#claude-sonnet-4-5").
 	Key string
-	// At is when the snapshot was taken, on the transport's Clock: the
+	// At is when the snapshot was taken, on the transport's [Clock]: the
 	// time to read HeldUntil and the resets in Limits against.
 	At time.Time
 
@@ -27,10 +27,10 @@ type Stats struct {
 	RateLimited uint64 // 429 answers, and 403s that are rate limits (GitHub's)
 	Failures    uint64 // upstream failures: 5xx, 529, attempt timeouts, connection errors
 
-	// Breaker is the circuit breaker's state (BreakerClosed when disabled).
+	// Breaker is the circuit breaker's state ([BreakerClosed] when disabled).
 	Breaker BreakerState
 	// Limit is the adaptive concurrency limit learned for the upstream
-	// (see AdaptiveConcurrency): how many attempts may be in flight at
+	// (see [AdaptiveConcurrency]): how many attempts may be in flight at
 	// once; 0 while none is learned (or it is disabled).
 	Limit int
 	// InFlight is how many attempts are in flight now: sent, and their
@@ -57,7 +57,7 @@ type Stats struct {
 	// and successes give it: no usable headers).
 	Pacing string
 	// Limits is the rate-limit state the last response that stated one
-	// gave (see ParseRateLimits), read against the upstream's clock;
+	// gave (see [ParseRateLimits]), read against the upstream's clock;
 	// LimitsAt is when that response came (zero, with Limits, before any
 	// did). Remaining counts are as of LimitsAt: once a quota's Reset has
 	// passed, the quota is whole again.

@@ -3,21 +3,21 @@ package retryhttp
 import "errors"
 
 // Why retrying stopped early while the outcome was still transient. The
-// *Error of such a call wraps one of these (errors.Is works on it, whether
-// the call ended on a response, through CheckResponse, or on a transport
+// [*Error] of such a call wraps one of these ([errors.Is] works on it, whether
+// the call ended on a response, through [CheckResponse], or on a transport
 // error, where errors.Is reaches that error too); Error.StopReason says the
 // same in words, with the figures.
 var (
-	// ErrRetriesExhausted: every attempt WithMaxRetries allows was made.
+	// ErrRetriesExhausted: every attempt [WithMaxRetries] allows was made.
 	ErrRetriesExhausted = errors.New("retryhttp: retries exhausted")
 	// ErrServerWaitTooLong: the server asked for a wait longer than
-	// WithMaxRetryAfter allows.
+	// [WithMaxRetryAfter] allows.
 	ErrServerWaitTooLong = errors.New("retryhttp: server asked to wait longer than allowed")
 	// ErrPastDeadline: the next attempt would start after the request's
 	// deadline, so it is not waited for.
 	ErrPastDeadline = errors.New("retryhttp: next attempt would start after the deadline")
 	// ErrRetryBudgetSpent: the upstream's retry budget refused the retry
-	// (see WithRetryBudget).
+	// (see [WithRetryBudget]).
 	ErrRetryBudgetSpent = errors.New("retryhttp: retry budget spent")
 )
 

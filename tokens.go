@@ -47,15 +47,15 @@ const (
 )
 
 // WithTokenEstimator sets how many input and output tokens a request is
-// expected to use, for the token limits of WithRateLimit. f is called
+// expected to use, for the token limits of [WithRateLimit]. f is called
 // before a request is admitted, possibly from many goroutines at once, so it
 // must be safe for concurrent use and should be fast. It must not read or
 // close req.Body, which is still to be sent; it may call req.GetBody for a
 // fresh copy. Negative results are treated as 0.
 //
-// The default, and what nil restores, is DefaultTokenEstimator. A count set
-// on the request's context with WithTokens takes precedence over f. The
-// estimator is transport-wide, with no RequestOption counterpart; use
+// The default, and what nil restores, is [DefaultTokenEstimator]. A count set
+// on the request's context with [WithTokens] takes precedence over f. The
+// estimator is transport-wide, with no [RequestOption] counterpart; use
 // WithTokens for one request.
 func WithTokenEstimator(f func(*http.Request) (input, output int)) Option {
 	return Option{func(c *config) { c.tokenEstimator = f }}
@@ -73,7 +73,7 @@ type tokenCounts struct{ input, output int }
 // the estimator cannot read (a streamed upload). output is the most the
 // request may generate, as the providers reserve it (max_tokens). Negative
 // values are treated as 0. As for an estimate, the usage the response
-// reports settles the booking (see WithRateLimit).
+// reports settles the booking (see [WithRateLimit]).
 func WithTokens(ctx context.Context, input, output int) context.Context {
 	return context.WithValue(ctx, tokensKey{}, tokenCounts{
 		input:  min(max(input, 0), maxTokenCount),
@@ -153,7 +153,7 @@ func (c *config) estimateTokens(req *http.Request) (input, output int) {
 // tokens of tool-use system prompt) are not counted. Images are charged at
 // the top of their range, so a request of many small images is overstated.
 // Non-JSON uploads (multipart audio or files) are charged by size and are
-// usually overstated by far; charge them with WithTokens. Results are never
+// usually overstated by far; charge them with [WithTokens]. Results are never
 // negative and at most math.MaxInt32.
 func DefaultTokenEstimator(req *http.Request) (input, output int) {
 	if req == nil {

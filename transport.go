@@ -11,9 +11,9 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 )
 
-// RetryTransport is an http.RoundTripper that retries transient failures of
-// the RoundTripper it wraps. It is safe for concurrent use; make one with New
-// and share it, as you would an http.Transport.
+// RetryTransport is an [http.RoundTripper] that retries transient failures of
+// the RoundTripper it wraps. It is safe for concurrent use; make one with [New]
+// and share it, as you would an [http.Transport].
 //
 // The zero value is ready to use, as New(nil) with the defaults, set up on
 // first use: &http.Client{Transport: &retryhttp.RetryTransport{}} works. A
@@ -25,7 +25,7 @@ type RetryTransport struct {
 	slots     slots
 }
 
-// New returns a RetryTransport that sends requests through base, configured by
+// New returns a [RetryTransport] that sends requests through base, configured by
 // opts. A nil base gets a pooled transport from go-cleanhttp (its own
 // connection pool, no shared global state).
 func New(base http.RoundTripper, opts ...Option) *RetryTransport {
@@ -55,7 +55,7 @@ func (t *RetryTransport) ready() {
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, if
-// it has that method (as http.Transport does). http.Client.CloseIdleConnections
+// it has that method (as [http.Transport] does). [http.Client.CloseIdleConnections]
 // calls it.
 func (t *RetryTransport) CloseIdleConnections() {
 	t.ready()
@@ -72,7 +72,7 @@ func (t *RetryTransport) CloseIdleConnections() {
 // upstream) → classify (transient or final) → wait (backoff or the server's
 // wait, within the caller's deadline and the upstream's retry budget), or
 // return. It returns the last response with its body unread when retries
-// end on a response, and an *Error when they end on a transport error. The
+// end on a response, and an [*Error] when they end on a transport error. The
 // caller's request is never modified.
 func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.ready()

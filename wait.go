@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// ErrAttemptTimeout marks an attempt cut off by WithAttemptTimeout before
-// its response headers came: errors.Is finds it in such an attempt's error
-// (Event.Err, and the *Error when retrying ends on it). It is transient:
+// ErrAttemptTimeout marks an attempt cut off by [WithAttemptTimeout] before
+// its response headers came: [errors.Is] finds it in such an attempt's error
+// (Event.Err, and the [*Error] when retrying ends on it). It is transient:
 // another attempt may well be faster.
 var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out waiting for response headers")
 

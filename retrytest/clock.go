@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Clock is a retryhttp.Clock for tests on which waits pass at once: a timer
+// Clock is a [retryhttp.Clock] for tests on which waits pass at once: a timer
 // (NewTimer) fires as soon as it is made and moves the clock's time to its
 // deadline, so a transport's backoffs, Retry-After waits and holds run in no
 // real time while the transport still sees them pass. Timeouts (AfterFunc)
@@ -32,7 +32,7 @@ type clockFunc struct {
 	stopped bool
 }
 
-// NewClock returns a Clock whose time starts at the system's time now, so
+// NewClock returns a [Clock] whose time starts at the system's time now, so
 // deadlines of contexts made with the time package stay meaningful.
 func NewClock() *Clock { return &Clock{now: time.Now()} }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // DefaultMaxRecords is how many arrivals (times and body hashes), request
-// ids and per-request statuses Stats keeps when Config.MaxRecords is 0.
+// ids and per-request statuses [Stats] keeps when Config.MaxRecords is 0.
 // Counters go on counting past it; only the lists stop growing, so a long
 // load test cannot exhaust memory.
 const DefaultMaxRecords = 100_000
@@ -27,9 +27,9 @@ type Family string
 const (
 	// Plain sends no rate-limit state headers, no request id, and RFC 9457
 	// problem details (application/problem+json) as error bodies. It is the
-	// zero value. With a RateLimit it still limits, but says nothing about
+	// zero value. With a [RateLimit] it still limits, but says nothing about
 	// the limit until it is hit: its 429 carries only the Retry-After of the
-	// RetryAfter style, and with RetryAfterNone nothing at all, as many
+	// RetryAfter style, and with [RetryAfterNone] nothing at all, as many
 	// APIs do.
 	Plain Family = ""
 	// OpenAI sends x-request-id and x-ratelimit-{limit,remaining,reset}-requests
@@ -39,14 +39,14 @@ const (
 	OpenAI Family = "openai"
 	// Anthropic sends request-id and anthropic-ratelimit-requests-{limit,
 	// remaining,reset} (and -tokens- and -input-tokens- with a token limit),
-	// resets as RFC 3339 UTC instants in whole seconds (see Rounding), and
+	// resets as RFC 3339 UTC instants in whole seconds (see [Rounding]), and
 	// bodies
 	// {"type":"error","error":{"type","message"},"request_id"}. 529 is its
 	// overloaded_error.
 	Anthropic Family = "anthropic"
 	// GitHub sends x-github-request-id and x-ratelimit-{limit,remaining,
 	// reset,used,resource} with the reset in Unix epoch seconds (see
-	// Rounding), bodies {"message","documentation_url","status"}, and
+	// [Rounding]), bodies {"message","documentation_url","status"}, and
 	// signals an exhausted rate limit with 403, as GitHub's REST API mostly
 	// does (set RateLimit.Status to 429 for the other form it documents).
 	// GitHub's own limit is a fixed window (RateLimit.Window); without one
@@ -61,7 +61,7 @@ const (
 
 // RetryAfterStyle is how the provider says when to come back on a 429, an
 // overload window with a RetryAfter, a capacity 503 with a RetryAfter, or a
-// Step with a RetryAfter.
+// [Step] with a RetryAfter.
 type RetryAfterStyle string
 
 // The Retry-After styles. Waits are rounded up to the unit of the style so
@@ -88,18 +88,18 @@ const (
 
 // Rounding is how the provider cuts the absolute times it writes in headers
 // to the whole seconds their formats hold: Anthropic's RFC 3339 resets,
-// GitHub's epoch X-RateLimit-Reset and Retry-After HTTP-dates. Real servers
+// [GitHub]'s epoch X-RateLimit-Reset and Retry-After HTTP-dates. Real servers
 // differ: some round up, many truncate (as Go's time.Format does), some
 // round to the nearest second. A client that waits until a truncated reset
 // may be up to a second early.
 //
-// Relative values are not affected: Retry-After delay-seconds and the IETF
-// t= are always rounded up, OpenAI's durations are in whole milliseconds
+// Relative values are not affected: Retry-After delay-seconds and the [IETF]
+// t= are always rounded up, [OpenAI]'s durations are in whole milliseconds
 // rounded up. Nor is the Date header, which is truncated as net/http
 // writes it.
 type Rounding string
 
-// The roundings. The zero value "" means RoundUp.
+// The roundings. The zero value "" means [RoundUp].
 const (
 	// RoundUp rounds up to the next whole second, so a reset or
 	// Retry-After date is never early.
@@ -115,13 +115,13 @@ const (
 // A Config must not be changed while a provider built from it runs; the
 // provider keeps its own copy of the slices.
 type Config struct {
-	// Family selects the headers and bodies imitated; Plain by default.
+	// Family selects the headers and bodies imitated; [Plain] by default.
 	Family Family
 	// RetryAfter is the style of every Retry-After the provider sends;
-	// RetryAfterSeconds by default.
+	// [RetryAfterSeconds] by default.
 	RetryAfter RetryAfterStyle
 	// Rounding is how absolute times in headers (resets, Retry-After
-	// dates) are cut to whole seconds; RoundUp by default.
+	// dates) are cut to whole seconds; [RoundUp] by default.
 	Rounding Rounding
 	// ClockOffset is the server's clock minus the client's: how far ahead
 	// (or, negative, behind) of Config.Now the provider's clock is. The
@@ -131,7 +131,7 @@ type Config struct {
 	// Relative values (Retry-After seconds, durations) are unaffected.
 	ClockOffset time.Duration
 
-	// RateLimit is a token bucket, or a fixed window, shared by all
+	// [RateLimit] is a token bucket, or a fixed window, shared by all
 	// requests; its zero value sets no limit.
 	RateLimit RateLimit
 	// Overload lists windows during which every request is rejected.
@@ -144,7 +144,7 @@ type Config struct {
 	// Script answers the first requests, one step each, before any of the
 	// provider's other behaviour; once it is used up the provider behaves
 	// as the rest of the Config says. To repeat a step, repeat it in the
-	// script ("503*1000"). See ParseScript.
+	// script ("503*1000"). See [ParseScript].
 	Script []Step
 	// ScriptPerRequest runs the Script once for every logical request (by
 	// RequestIDHeader) rather than once for the provider: attempt k of each
@@ -156,15 +156,15 @@ type Config struct {
 	// Success answers requests that pass every check (and scripted 200s
 	// without a Body). The provider's headers (request id, rate-limit
 	// state) are set before it runs; the request body can be read again.
-	// nil sends the family's small JSON success body. With Capacity, the
+	// nil sends the family's small JSON success body. With [Capacity], the
 	// request holds its slot until Success returns.
 	Success http.Handler
 
-	// Seed seeds the random source of Flaky. 0 is a seed like any other:
+	// Seed seeds the random source of [Flaky]. 0 is a seed like any other:
 	// runs are reproducible whatever it is.
 	Seed int64
 	// Now is the provider's clock: for arrival times, the bucket, windows
-	// and (plus ClockOffset) dates in headers. nil means time.Now. It is read once when the
+	// and (plus ClockOffset) dates in headers. nil means [time.Now]. It is read once when the
 	// provider is created (its start) and once per arrival, under a lock,
 	// so a clock that steps on every reading gives evenly spaced arrivals.
 	Now func() time.Time
@@ -173,7 +173,7 @@ type Config struct {
 	// id for a logical request, which its retries repeat; Stats.Requests
 	// then groups attempts by it. Empty disables the grouping.
 	RequestIDHeader string
-	// MaxRecords bounds the lists in Stats; 0 means DefaultMaxRecords.
+	// MaxRecords bounds the lists in [Stats]; 0 means [DefaultMaxRecords].
 	MaxRecords int
 	// MaxAttempts is a fuse that stops a runaway retry loop: past this many
 	// arrivals every request gets 410 Gone, which no client retries. 0 sets
@@ -187,7 +187,7 @@ type Config struct {
 // Tokens says it costs. A request is admitted only if both buckets have
 // enough; otherwise it is rejected and takes nothing.
 //
-// With a Window it is a fixed window instead, as GitHub's API (and many
+// With a [Window] it is a fixed window instead, as [GitHub]'s API (and many
 // others) count: at most Burst requests (and TokenBurst tokens) in each
 // Window, the windows laid end to end from the provider's start; what is
 // left of one is not carried into the next.
@@ -199,22 +199,22 @@ type Config struct {
 // refilled, or until the window ends.
 type RateLimit struct {
 	// Rate is how many requests per second refill the bucket. 0 disables
-	// the rate limit (and the token limit), unless a Window is set.
+	// the rate limit (and the token limit), unless a [Window] is set.
 	Rate float64
 	// Burst is the bucket's size: how many requests may arrive at once.
-	// 0 means one second's worth, at least 1. With a Window it is how
+	// 0 means one second's worth, at least 1. With a [Window] it is how
 	// many requests each window admits; 0 then means Rate*Window, at
 	// least 1.
 	Burst int
 	// Window, when positive, makes the limit a fixed window of this length
-	// instead of a bucket: Burst requests per Window, Rate serving only as
+	// instead of a bucket: Burst requests per [Window], Rate serving only as
 	// Burst's default. It needs a Burst or a Rate.
 	Window time.Duration
 	// TokenRate is how many tokens per second refill the token bucket; 0
-	// sets no token limit (with a Window, unless TokenBurst is set).
+	// sets no token limit (with a [Window], unless TokenBurst is set).
 	TokenRate float64
 	// TokenBurst is the token bucket's size; 0 means one second's worth,
-	// at least 1. With a Window it is how many tokens each window admits;
+	// at least 1. With a [Window] it is how many tokens each window admits;
 	// 0 then means TokenRate*Window (no token limit when TokenRate is 0
 	// too).
 	TokenBurst int
@@ -225,7 +225,7 @@ type RateLimit struct {
 	// its -tokens- and -input-tokens- headers.
 	Tokens func(r *http.Request, body []byte) int
 	// Status is the status of a rejection: 0 means 429, or 403 for the
-	// GitHub family.
+	// [GitHub] family.
 	Status int
 }
 
@@ -235,11 +235,11 @@ type Window struct {
 	// From and Until bound the window: an arrival at From is rejected, one
 	// at Until is not.
 	From, Until time.Duration
-	// Status is the rejection's status: 0 means 503. 529 sends Anthropic's
+	// Status is the rejection's status: 0 means 503. 529 sends [Anthropic]'s
 	// overloaded_error body whatever the family.
 	Status int
-	// RetryAfter, when positive, is sent in the Config's RetryAfter style.
-	// 0 sends none, as Anthropic's 529s usually carry none.
+	// RetryAfter, when positive, is sent in the [Config]'s RetryAfter style.
+	// 0 sends none, as [Anthropic]'s 529s usually carry none.
 	RetryAfter time.Duration
 }
 
@@ -253,7 +253,7 @@ type Capacity struct {
 	Max int
 	// Hold is how long an admitted request stays in service, in real time.
 	Hold time.Duration
-	// RetryAfter, when positive, is sent with each 503 in the Config's
+	// RetryAfter, when positive, is sent with each 503 in the [Config]'s
 	// RetryAfter style.
 	RetryAfter time.Duration
 	// Changes change Max mid-run, as a server that loses (or regains)
@@ -286,23 +286,23 @@ func (c Capacity) maxAt(since time.Duration) int {
 // probability is in [0, 1].
 type Flaky struct {
 	// Reset is the probability that a request gets no answer: the server
-	// resets the connection (TCP RST); the Transport returns a
+	// resets the connection (TCP RST); the [Transport] returns a
 	// *net.OpError wrapping syscall.ECONNRESET.
 	Reset float64
 	// Truncate is the probability that a 200's body is cut short: the
 	// Content-Length is the full length but only half the body is sent
-	// before the connection closes (the Transport's body fails with
+	// before the connection closes (the [Transport]'s body fails with
 	// io.ErrUnexpectedEOF).
 	Truncate float64
 	// Slow is the probability that the answer's headers come only after
 	// SlowDelay of real time.
 	Slow float64
-	// SlowDelay is the slow-headers delay; 0 means DefaultSlowDelay.
+	// SlowDelay is the slow-headers delay; 0 means [DefaultSlowDelay].
 	SlowDelay time.Duration
 }
 
-// Validate reports what is wrong with c, or nil. NewServer and NewTransport
-// panic on a Config that does not validate.
+// Validate reports what is wrong with c, or nil. [NewServer] and [NewTransport]
+// panic on a [Config] that does not validate.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }

@@ -2,34 +2,34 @@
 // retry: it pushes back the way real APIs do, so a test can check that a
 // client waits, retries and gives up as it should.
 //
-// It comes in two forms with the same behaviour and the same Stats:
+// It comes in two forms with the same behaviour and the same [Stats]:
 //
-//   - NewServer starts an httptest.Server on 127.0.0.1. Network faults are
+//   - [NewServer] starts an [httptest.Server] on 127.0.0.1. Network faults are
 //     real: a reset is a TCP RST, a truncated body is a closed connection.
-//   - NewTransport returns an http.RoundTripper that answers in-process, for
+//   - [NewTransport] returns an [http.RoundTripper] that answers in-process, for
 //     httpmock-style tests that need no socket. Network faults become the
 //     errors net/http would return: a *net.OpError wrapping
 //     syscall.ECONNRESET, a body that fails with io.ErrUnexpectedEOF.
 //
-// The zero Config is a provider that answers every request 200. Each field
+// The zero [Config] is a provider that answers every request 200. Each field
 // adds one kind of trouble:
 //
-//   - Family picks the provider whose headers and JSON bodies are imitated:
-//     OpenAI, Anthropic, GitHub, IETF, or Plain.
-//   - RateLimit is a token bucket, or with a Window a fixed window; on
+//   - [Family] picks the provider whose headers and JSON bodies are imitated:
+//     [OpenAI], [Anthropic], [GitHub], [IETF], or [Plain].
+//   - [RateLimit] is a token bucket, or with a [Window] a fixed window; on
 //     exhaustion the provider answers 429 (403 for GitHub) with the family's
 //     rate-limit headers (Plain sends none), its real error body and a
 //     Retry-After in the RetryAfter style.
-//   - Rounding and ClockOffset make the absolute times in headers as coarse
+//   - [Rounding] and ClockOffset make the absolute times in headers as coarse
 //     and as skewed as real servers' are.
 //   - Overload lists windows of time during which every request gets 503 or
-//     529 (Anthropic's overloaded_error); Capacity sheds with 503 whatever
+//     529 (Anthropic's overloaded_error); [Capacity] sheds with 503 whatever
 //     is beyond a fixed number of requests in service.
-//   - Flaky resets connections, truncates bodies and delays headers, each
+//   - [Flaky] resets connections, truncates bodies and delays headers, each
 //     with a probability drawn from a random source seeded with Seed.
 //   - Script answers the first requests with given steps (statuses, faults,
 //     delays), for example ParseScript("429@1s, 529, 200").
-//   - Stream answers with server-sent events in the family's streaming
+//   - [Stream] answers with server-sent events in the family's streaming
 //     format (Anthropic's Messages events, OpenAI's Chat Completions
 //     chunks), with their usage: a Script step's, or the success of any
 //     request whose body says "stream": true. A stream can open with an

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Fault is a network failure a Step can stage instead of a clean answer.
+// Fault is a network failure a [Step] can stage instead of a clean answer.
 type Fault int
 
 const (
@@ -41,16 +41,16 @@ type Step struct {
 	// Status is the answer's status code, 200 to 599; 0 means 200.
 	Status int
 	// ErrorType picks the family's error body for an error Status: the
-	// provider's error type or code, such as "insufficient_quota" (OpenAI
-	// 429), "overloaded_error" (Anthropic) or "secondary_rate_limit"
-	// (GitHub 403). Empty picks the usual one for the status.
+	// provider's error type or code, such as "insufficient_quota" ([OpenAI]
+	// 429), "overloaded_error" ([Anthropic]) or "secondary_rate_limit"
+	// ([GitHub] 403). Empty picks the usual one for the status.
 	ErrorType string
-	// RetryAfter, when positive, is sent in the Config's RetryAfter style.
+	// RetryAfter, when positive, is sent in the [Config]'s RetryAfter style.
 	RetryAfter time.Duration
 	// Delay holds the answer's headers back for this long, in real time.
 	Delay time.Duration
-	// Fault stages a network failure instead of (FaultReset) or within
-	// (FaultTruncate) the answer.
+	// Fault stages a network failure instead of ([FaultReset]) or within
+	// ([FaultTruncate]) the answer.
 	Fault Fault
 	// Header is set on the answer after the provider's own headers, so it
 	// can add or replace any of them.
@@ -58,7 +58,7 @@ type Step struct {
 	// Body, when not empty, replaces the body the provider would send.
 	Body string
 	// Stream, when set, answers 200 with a stream of server-sent events in
-	// the family's format (see Stream). FaultTruncate cuts it after half
+	// the family's format (see [Stream]). [FaultTruncate] cuts it after half
 	// its events.
 	Stream *Stream
 }
@@ -90,8 +90,8 @@ func (s Step) validate() error {
 	return nil
 }
 
-// String returns the step in the script language of ParseScript, leaving
-// out Header and Body, which the language cannot express, and of a Stream
+// String returns the step in the script language of [ParseScript], leaving
+// out Header and Body, which the language cannot express, and of a [Stream]
 // all but its ErrorType when that is its first event.
 func (s Step) String() string {
 	var b strings.Builder
@@ -141,13 +141,13 @@ const (
 // (letters, digits, '_', '-', '.'), retryafter and delay are Go durations
 // ("1s", "250ms"), and count repeats the step (1 to 10000). "truncate" is
 // a 200 whose body is cut short. "stream" is a 200 that streams its answer
-// (see Stream); with an errortype, its first event is that error (as
-// Anthropic's "stream:overloaded_error"), and "truncate" cuts it mid-way. Spaces around the parts are ignored;
+// (see [Stream]); with an errortype, its first event is that error (as
+// [Anthropic]'s "stream:overloaded_error"), and "truncate" cuts it mid-way. Spaces around the parts are ignored;
 // the empty script is empty. For example:
 //
 //	429@2s, 529*2, 400:invalid_request_error, reset, truncate, 200~100ms
 //
-// A parsed script formats back to an equal one with FormatScript.
+// A parsed script formats back to an equal one with [FormatScript].
 func ParseScript(s string) ([]Step, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
@@ -178,7 +178,7 @@ func ParseScript(s string) ([]Step, error) {
 	return steps, nil
 }
 
-// MustParseScript is ParseScript for scripts written in the test: it
+// MustParseScript is [ParseScript] for scripts written in the test: it
 // panics on an error.
 func MustParseScript(s string) []Step {
 	steps, err := ParseScript(s)
@@ -188,7 +188,7 @@ func MustParseScript(s string) []Step {
 	return steps
 }
 
-// FormatScript writes steps in the script language of ParseScript, one
+// FormatScript writes steps in the script language of [ParseScript], one
 // item per step, leaving out Header and Body.
 func FormatScript(steps []Step) string {
 	items := make([]string, len(steps))

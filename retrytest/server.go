@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// Server is a provider on a loopback HTTP server (an httptest.Server on
+// Server is a provider on a loopback HTTP server (an [httptest.Server] on
 // 127.0.0.1). It is safe for concurrent use.
 //
 // Its network faults are real, so net/http's own behaviour shows through: a
-// client's http.Transport may itself resend an idempotent request (GET,
+// client's [http.Transport] may itself resend an idempotent request (GET,
 // HEAD, or one with an Idempotency-Key) once when a reused keep-alive
 // connection is reset before any answer. Count on exact attempt numbers with
 // resets only for other methods, or with keep-alives off.
@@ -30,7 +30,7 @@ type Server struct {
 }
 
 // NewServer starts a provider on 127.0.0.1 as cfg says. It panics if cfg
-// does not validate (see Config.Validate). Close it when done.
+// does not validate (see [Config.Validate]). Close it when done.
 func NewServer(cfg Config) *Server {
 	c := newCore(cfg)
 	c.done = make(chan struct{})
@@ -47,7 +47,7 @@ func (s *Server) Close() {
 	s.srv.Close()
 }
 
-// Client returns an HTTP client for the server (httptest.Server.Client):
+// Client returns an HTTP client for the server ([httptest.Server.Client]):
 // Close also closes its idle connections, so a test leaks no goroutines.
 // Wrap its Transport to test a retrying client.
 func (s *Server) Client() *http.Client { return s.srv.Client() }

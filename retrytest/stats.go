@@ -6,7 +6,7 @@ import (
 )
 
 // Stats is a snapshot of what a provider has seen. The lists hold at most
-// Config.MaxRecords entries each (DefaultMaxRecords by default); the
+// Config.MaxRecords entries each ([DefaultMaxRecords] by default); the
 // counters count everything.
 type Stats struct {
 	// Attempts is how many requests arrived, retries included.
@@ -19,7 +19,7 @@ type Stats struct {
 	// scripted or random: connections reset, bodies cut short, answers
 	// delayed.
 	Resets, Truncated, Slowed int
-	// InService is how many requests hold a Capacity slot now;
+	// InService is how many requests hold a [Capacity] slot now;
 	// PeakInService is the most that ever did at once.
 	InService, PeakInService int
 

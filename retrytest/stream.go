@@ -17,18 +17,18 @@ import (
 // Stream is an answer streamed as server-sent events (200,
 // text/event-stream), in the format of the family's streaming API:
 //
-//   - Anthropic: the Messages events message_start (with the input tokens
+//   - [Anthropic]: the Messages events message_start (with the input tokens
 //     in message.usage), content_block_start, ping, one content_block_delta
 //     per word, content_block_stop, message_delta (with the output tokens
 //     in usage) and message_stop; an error is "event: error" with
 //     {"type":"error","error":{"type":...,"message":...}}.
-//   - OpenAI and the others: Chat Completions chunks, "data: {...}" each
+//   - [OpenAI] and the others: Chat Completions chunks, "data: {...}" each
 //     (the role, one chunk per word, the finish reason), then, when the
 //     request asked for it with "stream_options": {"include_usage": true},
 //     a chunk with no choices and the usage, and "data: [DONE]"; an error
 //     is a chunk {"error":{"message","type","param","code"}}.
 //
-// A Step with a Stream answers with it. A request whose JSON body says
+// A [Step] with a Stream answers with it. A request whose JSON body says
 // "stream": true gets the zero Stream for its success (unless
 // Config.Success answers), as the APIs stream when asked to.
 type Stream struct {
@@ -39,15 +39,15 @@ type Stream struct {
 	InputTokens, OutputTokens int
 	// ErrorType, when set, ends the stream with an error event of this
 	// type in place of its event number ErrorAfter (0: the first event,
-	// as Anthropic's overloaded_error can come; 2: after two events).
+	// as [Anthropic]'s overloaded_error can come; 2: after two events).
 	// Anthropic's types are overloaded_error, api_error, rate_limit_error,
-	// ...; OpenAI's server_error, rate_limit_exceeded, .... The connection
+	// ...; [OpenAI]'s server_error, rate_limit_exceeded, .... The connection
 	// then ends normally.
 	ErrorType  string
 	ErrorAfter int
 	// CutAfter, when positive, cuts the stream after that many events: the
 	// connection closes without the stream's end, and the client's read
-	// fails (io.ErrUnexpectedEOF). A Flaky truncation of a streamed
+	// fails (io.ErrUnexpectedEOF). A [Flaky] truncation of a streamed
 	// success cuts it after half its events.
 	CutAfter int
 	// FirstEventDelay holds the first event back, in real time, after the

@@ -12,12 +12,12 @@ import (
 	"time"
 )
 
-// Transport is a provider that answers in-process, as an http.RoundTripper:
-// put it in an http.Client, or under a retrying transport, with no socket
+// Transport is a provider that answers in-process, as an [http.RoundTripper]:
+// put it in an [http.Client], or under a retrying transport, with no socket
 // at all. It answers any URL. It is safe for concurrent use.
 //
 // Network faults become the errors net/http returns for them: a reset is a
-// *net.OpError wrapping syscall.ECONNRESET (errors.Is works); a truncated
+// *net.OpError wrapping syscall.ECONNRESET ([errors.Is] works); a truncated
 // body fails with io.ErrUnexpectedEOF after half its bytes; a client that
 // gives up during a delay or capacity hold gets its context's error.
 type Transport struct {
@@ -25,7 +25,7 @@ type Transport struct {
 }
 
 // NewTransport returns a provider as cfg says. It panics if cfg does not
-// validate (see Config.Validate).
+// validate (see [Config.Validate]).
 func NewTransport(cfg Config) *Transport {
 	return &Transport{c: newCore(cfg)}
 }
