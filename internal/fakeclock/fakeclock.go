@@ -2,8 +2,9 @@
 //
 // Time moves only when the test says so: Advance fires every timer that falls
 // due, in deadline order. In auto mode (NewAuto) a timer made with NewTimer
-// fires at once and moves the clock to its deadline, which lets a test run a
-// whole retry schedule instantly and then read the waits it took from Sleeps.
+// fires at once and moves the clock to its deadline (firing the AfterFunc
+// timers that time passes), which lets a test run a whole retry schedule
+// instantly and then read the waits it took from Sleeps.
 package fakeclock
 
 import (
@@ -37,7 +38,8 @@ func New(start time.Time) *Clock {
 }
 
 // NewAuto returns a clock whose NewTimer timers fire immediately, advancing
-// the clock to their deadline. AfterFunc timers still wait for Advance.
+// the clock to their deadline. AfterFunc timers fire when the clock's time
+// passes them: through such waits, or Advance.
 func NewAuto(start time.Time) *Clock {
 	c := New(start)
 	c.auto = true
@@ -64,12 +66,11 @@ func (c *Clock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	c.sleeps = append(c.sleeps, d)
 	t := &timer{c: c, deadline: c.now.Add(d), ch: make(chan time.Time, 1)}
 	if c.auto {
-		if d > 0 {
-			c.now = t.deadline
-		}
 		t.fired = true
+		due := c.advanceLocked(laterOf(t.deadline, c.now))
 		t.ch <- c.now
 		c.mu.Unlock()
+		fire(due)
 		return t.ch, t.Stop
 	}
 	c.add(t)
@@ -126,7 +127,14 @@ func (c *Clock) WaitForTimers(n int, limit time.Duration) bool {
 // Advance moves the clock forward by d, firing due timers in deadline order.
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
-	target := c.now.Add(d)
+	due := c.advanceLocked(c.now.Add(d))
+	c.mu.Unlock()
+	fire(due)
+}
+
+// advanceLocked moves the clock to target and takes out the timers now due,
+// in deadline order.
+func (c *Clock) advanceLocked(target time.Time) []*timer {
 	sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].deadline.Before(c.timers[j].deadline) })
 	var due []*timer
 	rest := c.timers[:0]
@@ -142,7 +150,12 @@ func (c *Clock) Advance(d time.Duration) {
 	}
 	c.timers = rest
 	c.now = target
-	c.mu.Unlock()
+	return due
+}
+
+// fire runs due timers' functions, each in its own goroutine, and sends on
+// their channels.
+func fire(due []*timer) {
 	for _, t := range due {
 		if t.f != nil {
 			go t.f()
@@ -160,4 +173,11 @@ func (t *timer) Stop() bool {
 	}
 	t.stopped = true
 	return true
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
