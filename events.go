@@ -125,18 +125,13 @@ func WithHooks(h Hooks) Option {
 }
 
 // event describes the call's last attempt; reason is redacted for it.
-func (c *call) event(resp *http.Response, err error, reason string) Event {
+func (c *call) event(status int, err error, reason string) Event {
 	creds := c.creds()
 	if c.keyName == "" {
 		c.keyName = c.key.String() // once: a WithKeyFunc key is hashed
 	}
 	e := Event{Context: c.ctx, Key: c.keyName, Method: methodOf(c.req), URL: creds.url(c.req.URL), Attempt: c.attempts, Reason: creds.text(reason)}
-	if resp != nil {
-		e.StatusCode = resp.StatusCode
-		if f := c.failedStream; f != nil && f.resp == resp {
-			e.StatusCode = f.status // the status the stream's first event stands for
-		}
-	}
+	e.StatusCode = status
 	if err != nil {
 		e.Err = redactedError{err, creds}
 	}
@@ -150,7 +145,7 @@ func (c *call) creds() *credentials { return credentialsOf(c.req) }
 func (c *call) logAttempt() {
 	cfg := &c.t.cfg
 	if cfg.hooks.OnAttempt != nil {
-		e := c.event(nil, nil, "")
+		e := c.event(0, nil, "")
 		e.Wait, e.WaitKind = c.admitted.total, c.admitted.kind
 		cfg.hooks.OnAttempt(e)
 	}
@@ -169,23 +164,19 @@ func (c *call) logAttemptDone(o outcome) {
 	if h == nil {
 		return
 	}
-	e := c.event(o.resp, o.err, outcomeText(o.resp, o.err))
+	e := c.event(o.status(), o.err, o.text())
 	e.Duration = c.t.cfg.clock.Now().Sub(c.sentAt)
 	e.Retryable = o.retry
 	h(e)
 }
 
-func (c *call) logRetry(resp *http.Response, err error, wait time.Duration, kind WaitKind) {
+func (c *call) logRetry(o outcome, wait time.Duration) {
 	cfg := &c.t.cfg
 	if cfg.hooks.OnRetry == nil && cfg.logger == nil {
 		return
 	}
-	reason := outcomeText(resp, err)
-	if f := c.failedStream; f != nil && f.resp == resp {
-		reason = f.String()
-	}
-	e := c.event(resp, err, reason)
-	e.Wait, e.WaitKind = wait, kind
+	e := c.event(o.status(), o.err, o.text())
+	e.Wait, e.WaitKind = wait, o.waitKind()
 	if cfg.hooks.OnRetry != nil {
 		cfg.hooks.OnRetry(e)
 	}
@@ -195,12 +186,12 @@ func (c *call) logRetry(resp *http.Response, err error, wait time.Duration, kind
 // logGiveUp reports that retrying stopped early; stop is the sentinel
 // that says why. refused: the attempt was refused before it was sent, after
 // the wait to be admitted that the event reports.
-func (c *call) logGiveUp(resp *http.Response, err error, stop error, why string, refused bool) {
+func (c *call) logGiveUp(status int, err error, stop error, why string, refused bool) {
 	cfg := &c.t.cfg
 	if cfg.hooks.OnGiveUp == nil && cfg.logger == nil {
 		return
 	}
-	e := c.event(resp, err, why)
+	e := c.event(status, err, why)
 	e.Stop = stop
 	if refused {
 		e.Wait, e.WaitKind = c.admitted.total, c.admitted.kind

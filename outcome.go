@@ -68,6 +68,27 @@ func (o outcome) waitKind() WaitKind {
 	return WaitBackoff
 }
 
+// status is the attempt's status as judged: a stream whose first event was
+// a transient error stands for that error's status; 0 without a response.
+func (o *outcome) status() int {
+	switch {
+	case o.stream != nil:
+		return o.stream.status
+	case o.resp != nil:
+		return o.resp.StatusCode
+	}
+	return 0
+}
+
+// text names the outcome for logs and hooks: "503 Service Unavailable", the
+// error, or the stream's first event.
+func (o *outcome) text() string {
+	if o.stream != nil {
+		return o.stream.String()
+	}
+	return outcomeText(o.resp, o.err)
+}
+
 // health is what one attempt's outcome says about the upstream.
 type health int
 
@@ -100,7 +121,6 @@ func (h health) String() string {
 // judge makes the attempt's outcome: one classification, one reading of the
 // headers.
 func (c *call) judge(a admission, resp *http.Response, err error) outcome {
-	c.failedStream = nil
 	if err != nil {
 		return c.judgeError(outcome{err: err})
 	}
@@ -124,7 +144,6 @@ func (c *call) judgeStream(a admission, f *streamFailure) outcome {
 	as.ContentLength = int64(len(f.data))
 	o := c.judgeResponse(a, &as)
 	o.resp, o.stream = f.resp, f
-	c.failedStream = f
 	c.lastStatus = f.status
 	return o
 }
@@ -236,11 +255,7 @@ func (o *outcome) readWaits(now time.Time) {
 	if code != http.StatusTooManyRequests && code != http.StatusForbidden {
 		return
 	}
-	limits := o.limits
-	if !limits.Known() {
-		limits = ParseRateLimits(h, now)
-	}
-	if until := exhaustedUntil(limits); until.After(now) {
+	if until := exhaustedUntil(o.limits); until.After(now) {
 		o.serverWait = until.Sub(now)
 		return
 	}

@@ -100,7 +100,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if stop != nil {
 			return c.finish(o, stop)
 		}
-		c.logRetry(o.resp, o.err, wait, o.waitKind())
+		c.logRetry(o, wait)
 		discard(o.resp)
 		if err := c.sleep(wait, nil); err != nil {
 			return c.canceled(nil, err)
@@ -131,9 +131,6 @@ type call struct {
 	// when it was sent: measured only for hooks (see timed).
 	admitted admitWait
 	sentAt   time.Time
-	// failedStream is the last attempt's stream whose first event was a
-	// transient error, if it was one: logs and hooks report its status.
-	failedStream *streamFailure
 
 	estimated           bool // inTokens and outTokens hold the estimate
 	inTokens, outTokens int
@@ -276,7 +273,7 @@ func (c *call) finish(o outcome, stop *stopReason) (*http.Response, error) {
 	var why string
 	if stop != nil {
 		why = stop.text
-		c.logGiveUp(o.resp, o.err, stop.err, why, false)
+		c.logGiveUp(o.status(), o.err, stop.err, why, false)
 	}
 	if o.err == nil {
 		if b := trackedBody(o.resp); b != nil && (o.resp.StatusCode >= 400 || stop != nil) {
@@ -301,7 +298,7 @@ func (c *call) finish(o outcome, stop *stopReason) (*http.Response, error) {
 // (ErrRateLimited), or the context's error while waiting to be admitted.
 func (c *call) refused(err error) (*http.Response, error) {
 	if e, ok := err.(*Error); ok {
-		c.logGiveUp(nil, err, e.Err, e.StopReason, true)
+		c.logGiveUp(0, err, e.Err, e.StopReason, true)
 		return nil, e
 	}
 	return c.canceled(nil, err)
