@@ -65,12 +65,20 @@ type pacer struct {
 	lostSends [16]uint64
 	lostNext  uint64
 
-	rate     float64 // the rate (per second) requests are paced at, before margins
-	ceiling  float64 // below the rate that last drew a 429; 0: none yet
-	proven   float64 // the highest lower bound on the rate readings gave since the last 429
-	sent     uint64  // attempts sent so far; orders responses against sends
-	rejected uint64  // 429s seen so far: sends the server did not count
-	mark     reading // where the current drain measurement starts
+	rate     float64       // the rate (per second) requests are paced at, before margins
+	ceiling  float64       // below the rate that last drew a 429; 0: none yet
+	proven   float64       // the highest lower bound on the rate readings gave since the last 429
+	sent     uint64        // attempts sent so far; orders responses against sends
+	rejected uint64        // 429s seen so far: sends the server did not count
+	mark     reading       // where the current drain measurement starts
+	use      quotaUse      // how much of a coarse quota the pace leaves unused
+	flat     bool          // a coarse quota drained with no refill (see spotLump)
+	lumpy    bool          // a coarse quota refills in lumps: a fixed window
+	dry      int           // refusals in a row that found it empty (see countDry)
+	dryAt    time.Time     // the last of them
+	dryFrom  time.Time     // the first of them
+	dryFor   time.Duration // the longest it was seen to stay dry
+	refused  bool          // the last answer was a 429
 	// earlyResets is set once a whole-second reset is seen to come before
 	// the bucket is full, or a measured pace draws a 429: the server cuts
 	// its resets down (or to the nearest second), so they may be early.
@@ -147,6 +155,17 @@ const (
 	// its start):
 	// a server that has stopped refusing is not paced by old refusals.
 	observedFor = 30 * time.Second
+	// ceilingLift is how long a measured pace waits on the ceiling a 429
+	// left, with no 429 since, before it lifts it (see liftCeiling).
+	ceilingLift = time.Second
+	// lumpSpread is the time over which a fixed window's pace spreads
+	// its whole quota; lumpMinLimit the least quota told apart as a
+	// window (a smaller one is paced as a bucket, whatever it is).
+	lumpSpread   = 10 * time.Millisecond
+	lumpMinLimit = 8
+	// unusedSpan is the span over which useMore looks for quota left
+	// unused.
+	unusedSpan = time.Second
 	// maxCapacity is the largest burst the pace clock keeps (setCapacity).
 	maxCapacity = 1 << 20
 )
@@ -253,6 +272,9 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 // wrong cannot keep the upstream idle (the answer corrects it).
 func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	l := p.latest
+	if p.lumpy {
+		return p.windowShortfall(now)
+	}
 	if !p.coarse || p.proven <= 0 || l.at.IsZero() {
 		return 0
 	}
@@ -271,6 +293,32 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 		d = min(d, float64(p.bound))
 	}
 	return time.Duration(d)
+}
+
+// windowShortfall is shortfall for a fixed window: nothing comes back
+// before its end, so once the attempts sent since the latest reading have
+// used what it said remained, the next waits for the window's end (within
+// the bound). Requests booked before the count ran out meet this check too.
+// Past the end the window is counted full again, less what went since the
+// reading; when that too is used, the next waits a lumpSpread for the new
+// window's first answers, which bring its count and its end.
+func (p *pacer) windowShortfall(now time.Time) time.Duration {
+	l := p.latest
+	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0)
+	turned := !l.reset.After(now)
+	have := float64(l.remaining) - spent
+	if turned {
+		have = float64(p.limit) - spent
+	}
+	switch {
+	case have > 0:
+		return 0
+	case turned:
+		return lumpSpread
+	case p.bound > 0:
+		return min(l.reset.Sub(now), p.bound)
+	}
+	return l.reset.Sub(now)
 }
 
 // paceOf is the interval between paced slots for a rate: a stated rate is
@@ -292,6 +340,7 @@ func (p *pacer) paceOf(rate float64) time.Duration {
 // answered counts one attempt's answer: a success (served, not refused)
 // feeds the observed rate.
 func (p *pacer) answered(now time.Time, throttled bool) {
+	p.refused = throttled
 	if throttled {
 		p.rejected++
 		p.lastNoes = now
@@ -441,6 +490,9 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 // proven rate, or in the observed mode at the rate the server accepts; 0
 // when the pacer knows none.
 func (p *pacer) unitAfter() time.Duration {
+	if p.lumpy {
+		return 0 // a window's units come back at its end, all at once
+	}
 	r := p.proven
 	if p.mode == paceObserved {
 		r = p.rate
@@ -448,7 +500,11 @@ func (p *pacer) unitAfter() time.Duration {
 	if r <= 0 {
 		return 0
 	}
-	return time.Duration(float64(time.Second) / r)
+	unit := float64(time.Second) / r
+	if p.dry > 0 {
+		unit *= float64(uint64(1) << min(p.dry, 10))
+	}
+	return time.Duration(unit)
 }
 
 // learn updates the pace from a response's rate-limit state. sent is the
@@ -475,11 +531,14 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		// seemed to prove.
 		p.cut(now, sent)
 	}
+	p.liftCeiling(now)
 	coarse := coarseBucket(l)
 	if coarse {
 		p.coarse, p.limit = true, q.Limit
+		p.countDry(now, q)
+		p.spotLump(now, q, sent)
 		if sent >= p.latest.sent {
-			p.latest = reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected}
+			p.latest = reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected, reset: q.Reset}
 		}
 	}
 	if q.Coarse && q.HasLimit && q.HasRemaining && q.Remaining < q.Limit-1 && !q.Reset.After(now) {
@@ -488,10 +547,18 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 	lo, hi := rateBounds(now, l, p.earlyResets)
 	if hi > 0 || coarse {
 		binding := p.binding(now)
-		if coarse && p.rate > 0 {
+		switch {
+		case coarse && p.lumpy:
+			// A fixed window: what remains may go at once, and the
+			// hold at its end (exhaustedUntil) waits for the lump.
+			// The pace only spreads the requests the count allows
+			// (syncRemaining, windowShortfall) over a hundredth of a second.
+			p.rate = float64(q.Limit) / lumpSpread.Seconds()
+		case coarse && p.rate > 0:
 			p.measure(now, q, sent, lo, hi, binding)
+			p.useMore(now, q, binding)
 			p.rate = max(p.rate, p.proven)
-		} else {
+		default:
 			p.rate = p.nextRate(lo, hi, q, float64(q.Limit-q.Remaining), q.Reset.Sub(now).Seconds(), binding)
 		}
 		p.firm = l.Window > 0 || (l.Replenishing && !coarse)
@@ -509,6 +576,112 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 	p.syncRemaining(now, q, sent)
 }
 
+// liftCeiling raises the ceiling a 429 left on a measured pace by
+// rateRecover for every ceilingLift that passes with requests waiting on the
+// pace and no 429: a refusal proves the rate was too high then, not for
+// good. A burst that overran a quota once (slow start's herd, a window
+// already used up) would otherwise cap the pace below the server's rate for
+// the life of the transport, with quota left over at every reset.
+func (p *pacer) liftCeiling(now time.Time) {
+	if p.mode != paceMeasured || p.ceiling <= 0 || !p.binding(now) {
+		return
+	}
+	if now.Sub(p.grewAt) < ceilingLift || now.Sub(p.lastNoes) < ceilingLift {
+		return
+	}
+	p.ceiling *= rateRecover
+	p.grewAt = now
+}
+
+// spotLump tells a fixed window behind bucket-like headers (GitHub's
+// X-RateLimit-* over a window of a second, say) from a bucket: a quota that
+// was seen to drain with no refill at all (flat), then came back from a
+// quarter or less to half or more at once, far faster than any refill rate
+// it showed, refills in lumps. From then on it is paced as a window (see
+// learn and unitAfter). A bucket never shows both: below full it refills
+// as it drains.
+func (p *pacer) spotLump(now time.Time, q Quota, sent uint64) {
+	l := p.latest
+	if p.lumpy || l.at.IsZero() || sent <= l.sent || q.Limit < lumpMinLimit {
+		return
+	}
+	if p.dry > 1 {
+		// Refused again a unit after it was refused: no refill
+		// came for as long as it stayed dry, so its rate is below
+		// two units over that time.
+		p.flat = true
+		p.dryFor = max(p.dryFor, p.dryAt.Sub(p.dryFrom))
+	}
+	if !p.flat {
+		return
+	}
+	n := float64(sent-l.sent) - float64(p.rejected-l.rejected)
+	taken := float64(q.Remaining-l.remaining) + n
+	span := now.Sub(l.at).Seconds()
+	slowest := max(p.proven, 1) // units a second the drain allowed, at most
+	if d := p.dryFor.Seconds(); d > 0 {
+		slowest = min(slowest, 2/d)
+	}
+	if l.remaining*4 <= q.Limit && 2*taken >= float64(q.Limit) && taken > 4*slowest*span+2 {
+		p.lumpy = true
+	}
+}
+
+// countDry counts the readings in a row, a unit or more apart, that found
+// a coarse quota empty: each is a probe sent when a unit should have come
+// back, and did not. unitAfter doubles with each, so a quota that does not
+// refill as the proven rate says (a window, or a rate proven too high) is
+// probed ever less often, up to its reset, instead of drawing a 429 a
+// unit.
+func (p *pacer) countDry(now time.Time, q Quota) {
+	switch {
+	case !q.HasRemaining:
+	case q.Remaining > 0 || !p.refused:
+		// A success that empties it took a unit that came back: a
+		// bucket at its rate reads empty after every success.
+		p.dry, p.dryAt, p.dryFrom = 0, time.Time{}, time.Time{}
+	case p.dry == 0:
+		p.dry, p.dryAt, p.dryFrom = 1, now, now
+	case now.Sub(p.dryAt) >= p.unitAfter():
+		p.dry++
+		p.dryAt = now
+	}
+}
+
+// useMore raises a coarse quota's pace when a span of unusedSpan passes
+// with requests waiting on the pace, no 429, and the quota never drawn
+// below a quarter: the server had quota to spare all along, whatever the
+// drain measured (a fixed window refills in one lump at its end, so within
+// it the drain reads no refill at all). The pace rises by what was left
+// over, at most twofold a span; a 429 cuts it back as usual.
+func (p *pacer) useMore(now time.Time, q Quota, binding bool) {
+	u := &p.use
+	if u.since.IsZero() || !binding || p.rejected != u.rejected {
+		*u = quotaUse{since: now, least: q.Remaining, rejected: p.rejected}
+		return
+	}
+	u.least = min(u.least, q.Remaining)
+	if now.Sub(u.since) < unusedSpan {
+		return
+	}
+	if q.Limit >= 4*(headroom+1) && u.least*4 > q.Limit {
+		factor := min(2, float64(q.Limit)/float64(q.Limit-u.least))
+		p.rate *= factor
+		if p.ceiling > 0 {
+			p.ceiling = max(p.ceiling, p.rate)
+		}
+		p.prove(p.rate)
+	}
+	*u = quotaUse{since: now, least: q.Remaining, rejected: p.rejected}
+}
+
+// quotaUse is the least a coarse quota held over a span (see useMore).
+type quotaUse struct {
+	since    time.Time
+	least    int64
+	rejected uint64 // 429s seen when the span began
+}
+
 // syncRemaining keeps the pace clock in step with what the server says
 // remains. Requests sent after this one had not reached the server when it
 // answered: what it says remains is theirs too.
@@ -521,7 +694,9 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 		unseen = float64(p.sent-sent) - float64(p.lostAfter(sent))
 	}
 	spare := int64(headroom)
-	if tooSmallForHeadroom(q) {
+	if tooSmallForHeadroom(q) || p.lumpy {
+		// A window's count is exact and nothing refills it before
+		// its end: every unit may go, none beyond.
 		spare = 0
 	}
 	available := float64(q.Remaining-spare) - unseen
@@ -576,6 +751,7 @@ type reading struct {
 	sent      uint64 // the attempt the reading answers
 	rejected  uint64 // 429s seen by then
 	full      bool   // the bucket was (nearly) full: refill may be lost to the cap
+	reset     time.Time
 }
 
 // measure learns a coarse bucket's refill rate from two readings: what
@@ -616,6 +792,9 @@ func (p *pacer) measure(now time.Time, q Quota, sent uint64, lo, hi float64, bin
 		return
 	}
 	taken := float64(r.remaining-m.remaining) + n // refill over the span, ±1
+	if !m.full && !r.full && n >= drainCount && taken <= 1 {
+		p.flat = true // no refill at all while it drained: perhaps a window
+	}
 	p.prove((taken - 1) / span.Seconds())
 	switch {
 	case !m.full && !r.full && n >= drainCount:

@@ -265,7 +265,13 @@ func (u *upstream) openLocked(now time.Time) {
 	step := u.start.rampStep(now)
 	u.start.open(func(n int) turn {
 		if ramp {
-			return turn{at: rampFrom(now, step, n), firm: true, reprobes: u.hold.reprobes}
+			at := rampFrom(now, step, n)
+			if u.bound > 0 && at.After(now.Add(u.bound)) {
+				// Bounded trust: the requests ahead may give up, and
+				// nothing then goes before this turn.
+				at = now.Add(u.bound)
+			}
+			return turn{at: at, firm: true, reprobes: u.hold.reprobes}
 		}
 		return u.turnAt(u.afterHold(now, 0))
 	})
