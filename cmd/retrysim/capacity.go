@@ -90,7 +90,7 @@ func capacityScenario(cfg config, policies []policy) scenario {
 	return scenario{
 		key:   "capacity",
 		title: "Fixed capacity",
-		about: fmt.Sprintf("an API serving %d requests at once, each for %s (%s requests/s at most%s), and answering %s "+
+		about: fmt.Sprintf("Anthropic-style API serving %d requests at once, each for %s (%s requests/s at most%s), and answering %s "+
 			"at once, with %s and no rate-limit headers, to any beyond; %d goroutines send %d requests each, "+
 			"back to back", c.slots, fmtDur(c.service), strconv.FormatFloat(float64(c.slots)/c.service.Seconds(), 'f', -1, 64),
 			halving, refusal, retryAfter, c.callers, c.each),

@@ -50,7 +50,7 @@ func TestCapacityScenarioProvider(t *testing.T) {
 	assert.Equal(t, 1500, sc.requests)
 	assert.True(t, sc.serial, "it measures throughput: every run alone")
 	assert.Len(t, sc.policies, 4, "the shared policies")
-	assert.Equal(t, "an API serving 50 requests at once, each for 20ms (2500 requests/s at most), and answering 503 "+
+	assert.Equal(t, "Anthropic-style API serving 50 requests at once, each for 20ms (2500 requests/s at most), and answering 503 "+
 		"at once, with no Retry-After and no rate-limit headers, to any beyond; 150 goroutines send 10 requests each, "+
 		"back to back", sc.about)
 

@@ -230,7 +230,7 @@ func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.each, "each", cfg.each, "capacity: requests each of the -callers sends (1 to 1000; at most\n20000 in all)")
 	fs.DurationVar(&cfg.halveAt, "halve-at", cfg.halveAt, "capacity: when positive, the provider's slots halve at this time\nfrom its start, as a server losing half its replicas; 0 keeps them")
 	fs.IntVar(&cfg.refusal, "refusal", cfg.refusal, "capacity: status of a refusal: 503, or 529 (Anthropic's\noverloaded_error, as an overloaded LLM API sends)")
-	fs.DurationVar(&cfg.refusalRetryAfter, "refusal-retry-after", cfg.refusalRetryAfter, "capacity: when positive, each refusal carries this Retry-After\n(whole seconds); 0 sends none")
+	fs.DurationVar(&cfg.refusalRetryAfter, "refusal-retry-after", cfg.refusalRetryAfter, "capacity: when positive, each refusal carries this Retry-After\n(in whole seconds, rounded up); 0 sends none")
 
 	fs.Int64Var(&cfg.seed, "seed", cfg.seed, "seed of the providers' random faults: the same seed gives the same\nfaults in the same order")
 	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "deadline of each request, retries and waits included")
