@@ -92,7 +92,7 @@ func capacityScenario(cfg config, policies []policy) scenario {
 		title: "Fixed capacity",
 		about: fmt.Sprintf("Anthropic-style API serving %d requests at once, each for %s (%s requests/s at most%s), and answering %s "+
 			"at once, with %s and no rate-limit headers, to any beyond; %d goroutines send %d requests each, "+
-			"back to back", c.slots, fmtDur(c.service), strconv.FormatFloat(float64(c.slots)/c.service.Seconds(), 'f', -1, 64),
+			"back to back", c.slots, fmtDur(c.service), perSecond(float64(c.slots)/c.service.Seconds()),
 			halving, refusal, retryAfter, c.callers, c.each),
 		provider: func() retrytest.Config {
 			return retrytest.Config{
@@ -167,13 +167,13 @@ func printCapacity(w io.Writer, groups [][]*runResult) {
 		}
 		c := g[0].scenario.capacity
 		n := c.callers * c.each
-		fmt.Fprintf(w, "\nCapacity: %d slots x %s = %.0f requests/s at most", c.slots, fmtDur(c.service),
-			float64(c.slots)/c.service.Seconds())
+		fmt.Fprintf(w, "\nCapacity: %d slots x %s = %s requests/s at most", c.slots, fmtDur(c.service),
+			perSecond(float64(c.slots)/c.service.Seconds()))
 		if c.halveAt > 0 {
 			fmt.Fprintf(w, ", %d slots from %s", c.lowSlots(), fmtDur(c.halveAt))
 		}
-		fmt.Fprintf(w, "; %d requests from %d goroutines take at least %s (%.0f requests/s).\n",
-			n, c.callers, fmtDur(c.ideal()), float64(n)/c.ideal().Seconds())
+		fmt.Fprintf(w, "; %d requests from %d goroutines take at least %s (%s requests/s).\n",
+			n, c.callers, fmtDur(c.ideal()), perSecond(float64(n)/c.ideal().Seconds()))
 
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		pw := len(capacityHeader[0])
@@ -191,11 +191,20 @@ func printCapacity(w io.Writer, groups [][]*runResult) {
 			fmt.Fprintf(tw, "%s\t%s\t\n", left(cr.policy), strings.Join(cells, "\t"))
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "req/s: requests served per second until the last one ended. of capacity: that over the %.0f/s\n"+
+		fmt.Fprintf(w, "req/s: requests served per second until the last one ended. of capacity: that over the %s/s\n"+
 			"the capacity allows this load. refused: attempts the provider answered %d, and their share of all\n"+
 			"attempts. p50, p99: request latency, failed requests included.\n",
-			float64(n)/c.ideal().Seconds(), c.status)
+			perSecond(float64(n)/c.ideal().Seconds()), c.status)
 	}
+}
+
+// perSecond formats a rate: whole from 10 on, three significant digits
+// below.
+func perSecond(x float64) string {
+	if x >= 10 {
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(x, 'g', 3, 64)
 }
 
 // capacityStats is a capacity run's line over its chart panel.

@@ -35,6 +35,8 @@ func TestCapacityShapeIdeal(t *testing.T) {
 	}
 	assert.Equal(t, 1, capacityShape{slots: 1}.lowSlots(), "a halving leaves at least one slot")
 	assert.Nil(t, capacityShape{slots: 4}.changes(), "no -halve-at, no change")
+	assert.Equal(t, "429", perSecond(3/0.007))
+	assert.Equal(t, "0.0167", perSecond(1/60.0))
 }
 
 // The defaults are issue 12's scenario; the flags reach the provider.
