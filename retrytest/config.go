@@ -244,8 +244,8 @@ type Window struct {
 }
 
 // Capacity serves at most Max requests at once, each for Hold, and answers
-// 503 at once to any request that finds every slot taken, as a server
-// shedding load does. A request holds its slot from its arrival until its
+// 503 (or Status) at once to any request that finds every slot taken, as a
+// server shedding load does. A request holds its slot from its arrival until its
 // answer starts (or its client gives up); a client that has its 200 may
 // count on the slot being free again.
 type Capacity struct {
@@ -253,9 +253,13 @@ type Capacity struct {
 	Max int
 	// Hold is how long an admitted request stays in service, in real time.
 	Hold time.Duration
-	// RetryAfter, when positive, is sent with each 503 in the [Config]'s
-	// RetryAfter style.
+	// RetryAfter, when positive, is sent with each refusal in the
+	// [Config]'s RetryAfter style.
 	RetryAfter time.Duration
+	// Status is the refusal's status: 0 means 503. 529 sends [Anthropic]'s
+	// overloaded_error body whatever the family, as an overloaded LLM
+	// provider answers.
+	Status int
 	// Changes change Max mid-run, as a server that loses (or regains)
 	// capacity does: from each change's At (from the provider's start, on
 	// Config.Now) on, the provider serves at most its Max at once. They
@@ -353,6 +357,9 @@ func (c Config) Validate() error {
 	}
 	if c.Capacity.Max < 0 || c.Capacity.Hold < 0 || c.Capacity.RetryAfter < 0 {
 		bad("Capacity fields must not be negative")
+	}
+	if c.Capacity.Status != 0 && !isError(c.Capacity.Status) {
+		bad("Capacity.Status %d is not an error status (400-599)", c.Capacity.Status)
 	}
 	if len(c.Capacity.Changes) > 0 && c.Capacity.Max == 0 {
 		bad("Capacity.Changes need a Capacity.Max: the slots before the first change")

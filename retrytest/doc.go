@@ -23,8 +23,8 @@
 //   - [Rounding] and ClockOffset make the absolute times in headers as coarse
 //     and as skewed as real servers' are.
 //   - Overload lists windows of time during which every request gets 503 or
-//     529 (Anthropic's overloaded_error); [Capacity] sheds with 503 whatever
-//     is beyond a fixed number of requests in service.
+//     529 (Anthropic's overloaded_error); [Capacity] sheds with 503 (or
+//     529) whatever is beyond a fixed number of requests in service.
 //   - [Flaky] resets connections, truncates bodies and delays headers, each
 //     with a probability drawn from a random source seeded with Seed.
 //   - Script answers the first requests with given steps (statuses, faults,

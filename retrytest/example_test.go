@@ -146,6 +146,52 @@ func ExampleWindow() {
 	// answers: map[200:1 529:2]
 }
 
+// A provider that serves two requests at once and refuses any beyond with
+// 529 overloaded_error and no Retry-After, as an overloaded LLM API does.
+// Its Success handler keeps the two it admits in service until the third
+// has been refused, so the output is the same on every run; with Hold
+// instead, each admitted request would stay in service that long.
+func ExampleCapacity() {
+	admitted, release := make(chan struct{}), make(chan struct{})
+	provider := retrytest.NewTransport(retrytest.Config{
+		Family:   retrytest.OpenAI,
+		Capacity: retrytest.Capacity{Max: 2, Status: 529},
+		Success: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			admitted <- struct{}{}
+			<-release
+			io.WriteString(w, `{"ok":true}`)
+		}),
+	})
+	post := func() *http.Response {
+		return must(provider.RoundTrip(must(http.NewRequest(http.MethodPost,
+			"https://api.openai.test/v1/chat/completions", strings.NewReader(`{}`)))))
+	}
+
+	served := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp := post()
+			resp.Body.Close()
+			served <- resp.StatusCode
+		}()
+		<-admitted
+	}
+	refused := post()
+	body, _ := io.ReadAll(refused.Body)
+	refused.Body.Close()
+	fmt.Printf("third: %d retry-after=%q %s\n", refused.StatusCode, refused.Header.Get("Retry-After"),
+		strings.TrimSpace(string(body)))
+	fmt.Println("in service:", provider.Stats().InService)
+	close(release)
+	fmt.Println("first two:", <-served, <-served)
+	fmt.Println("answers:", provider.Stats().Statuses)
+	// Output:
+	// third: 529 retry-after="" {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_retrytest_3"}
+	// in service: 2
+	// first two: 200 200
+	// answers: map[200:2 529:1]
+}
+
 // A scripted sequence: a 429 that asks for 2ms (in retry-after-ms, as the
 // LLM APIs send it), an overload, then success.
 func ExampleParseScript() {

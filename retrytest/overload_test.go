@@ -131,6 +131,46 @@ func TestCapacitySheds503(t *testing.T) {
 	assert.Equal(t, 200, do(t, client.Transport, srv.URL, "").status)
 }
 
+// TestCapacityStatus: Capacity.Status sets the refusal's status; 529 comes
+// with Anthropic's overloaded_error body whatever the family, and a
+// RetryAfter of none sends no Retry-After.
+func TestCapacityStatus(t *testing.T) {
+	for _, tc := range []struct {
+		family     retrytest.Family
+		status     int
+		retryAfter time.Duration
+		want       int
+		header     string
+		errType    string
+	}{
+		{retrytest.OpenAI, 529, 0, 529, "", "overloaded_error"},
+		{retrytest.Anthropic, 529, 3 * time.Second, 529, "3", "overloaded_error"},
+		{retrytest.Anthropic, 0, 0, 503, "", "api_error"},
+	} {
+		b := newBlocker()
+		tr := retrytest.NewTransport(retrytest.Config{
+			Family:   tc.family,
+			Capacity: retrytest.Capacity{Max: 1, Status: tc.status, RetryAfter: tc.retryAfter},
+			Success:  b,
+		})
+		done := make(chan int)
+		go func() { done <- do(t, tr, apiURL, "").status }()
+		<-b.entered
+		r := do(t, tr, apiURL, "")
+		assert.Equal(t, tc.want, r.status, "%+v", tc)
+		assert.Equal(t, tc.header, r.header.Get("Retry-After"), "%+v", tc)
+		if tc.family == retrytest.Anthropic || tc.want == 529 {
+			assert.Equal(t, tc.errType, jsonField(t, r.body, "error", "type"), "%+v", tc)
+		}
+		close(b.release)
+		assert.Equal(t, 200, <-done, "the request in service is served")
+		assert.Equal(t, map[int]int{200: 1, tc.want: 1}, tr.Stats().Statuses)
+	}
+	for _, bad := range []int{200, 302, 600, -1} {
+		assert.Error(t, retrytest.Config{Capacity: retrytest.Capacity{Max: 1, Status: bad}}.Validate(), "Status %d", bad)
+	}
+}
+
 func TestCapacityHold(t *testing.T) {
 	tr := retrytest.NewTransport(retrytest.Config{Capacity: retrytest.Capacity{Max: 1, Hold: 30 * time.Millisecond}})
 	start := time.Now()

@@ -161,7 +161,7 @@ func (c *core) arrive(r *http.Request, body []byte) *answer {
 	}
 	if capa := c.cfg.Capacity; capa.Max > 0 {
 		if c.inService >= capa.maxAt(since) {
-			c.reject(a, http.StatusServiceUnavailable, "", "", 0)
+			c.reject(a, orDefault(capa.Status, http.StatusServiceUnavailable), "", "", 0)
 			c.retryAfter(a.header, capa.RetryAfter, now)
 			return a
 		}

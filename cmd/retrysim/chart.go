@@ -285,8 +285,12 @@ func drawRow(b *bytes.Buffer, g []*runResult, y0 int) {
 		fmt.Fprintf(b, `<g class="panel" data-scenario="%s" data-policy="%s" data-rate-top="%g" data-wait-top="%g">`+"\n",
 			attr(sc.key), attr(r.policy.name), rs.yTop, rs.wTop)
 		text(b, x0, top-20, "start", "ptitle", r.policy.name)
-		text(b, x0, top-6, "start", "pstats", fmt.Sprintf("%d/%d ok, %d attempts, %d×429, %d×5xx, last done at %s",
-			s.succeeded, s.requests, s.attempts, s.byKind[kindThrottled], s.byKind[kind5xx], fmtDur(s.wall)))
+		stats := fmt.Sprintf("%d/%d ok, %d attempts, %d×429, %d×5xx, last done at %s",
+			s.succeeded, s.requests, s.attempts, s.byKind[kindThrottled], s.byKind[kind5xx], fmtDur(s.wall))
+		if sc.capacity != nil {
+			stats = capacityStats(r)
+		}
+		text(b, x0, top-6, "start", "pstats", stats)
 		drawPanel(b, ps[i], rs, x0, top, span, xt, i == 0, i == len(g)-1)
 		b.WriteString("</g>\n")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ import (
 // config is what the flags set.
 type config struct {
 	scenarios []string // in run order
-	policies  []string // for burst, outage and flaky
+	policies  []string // for burst, outage, flaky and capacity
 
 	// Sizes of the scenarios.
 	requests    int     // requests per run in burst, outage and flaky
@@ -38,6 +39,14 @@ type config struct {
 	clients     int
 	capacity    int
 	hold        time.Duration
+
+	// The capacity scenario: slots x service time, callers x each.
+	slots             int
+	service           time.Duration
+	callers, each     int
+	halveAt           time.Duration // > 0: the slots halve then
+	refusal           int           // 503 or 529
+	refusalRetryAfter time.Duration // > 0: sent with each refusal
 
 	seed     int64
 	timeout  time.Duration // per request
@@ -67,7 +76,7 @@ type config struct {
 }
 
 // allScenarios lists the scenarios in the order "all" runs them.
-var allScenarios = []string{"burst", "outage", "flaky", "contention"}
+var allScenarios = []string{"burst", "outage", "flaky", "contention", "capacity"}
 
 // allPolicies lists the policies the -policies flag may name.
 var allPolicies = []string{"none", "fixed", "exponential", "retryhttp", "custom"}
@@ -97,6 +106,11 @@ func defaultConfig() config {
 		clients:     100,
 		capacity:    5,
 		hold:        10 * time.Millisecond,
+		slots:       50,
+		service:     20 * time.Millisecond,
+		callers:     150,
+		each:        10,
+		refusal:     http.StatusServiceUnavailable,
 		seed:        1,
 		timeout:     10 * time.Second,
 		maxTime:     3 * time.Minute,
@@ -130,8 +144,12 @@ Scenarios (-scenario):
               with -capacity slots, as in AWS's "Exponential Backoff and
               Jitter": total calls and time until the last client finishes,
               per jitter strategy (none, additive, full, decorrelated)
+  capacity    -callers goroutines each sending -each requests back to back
+              against a provider serving -slots at once for -service each,
+              refusing any beyond with -refusal and no rate-limit headers:
+              throughput as a share of what the capacity allows, refusals
 
-Policies (-policies) for burst, outage and flaky:
+Policies (-policies) for burst, outage, flaky and capacity:
   none         a plain http.Client: one attempt
   fixed        a hand-written loop: -max-retries retries, -base apart
   exponential  a hand-written loop: -base doubling (-multiplier) up to -max,
@@ -185,8 +203,8 @@ func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("retrysim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tf.family, tf.rounding, tf.strategy = string(cfg.family), string(cfg.rounding), cfg.strategy.String()
-	fs.StringVar(&tf.scenarios, "scenario", "all", "scenarios to run, comma-separated: burst, outage, flaky, contention, or all")
-	fs.StringVar(&tf.policies, "policies", strings.Join(cfg.policies, ","), "policies to compare in burst, outage and flaky, comma-separated:\nnone, fixed, exponential, retryhttp, custom")
+	fs.StringVar(&tf.scenarios, "scenario", "all", "scenarios to run, comma-separated: burst, outage, flaky, contention,\ncapacity, or all")
+	fs.StringVar(&tf.policies, "policies", strings.Join(cfg.policies, ","), "policies to compare in burst, outage, flaky and capacity,\ncomma-separated: none, fixed, exponential, retryhttp, custom")
 
 	fs.IntVar(&cfg.requests, "requests", cfg.requests, "requests each policy sends in burst, outage and flaky (1 to 10000)")
 	fs.IntVar(&cfg.concurrency, "concurrency", cfg.concurrency, "burst: goroutines sending at once, each its next request as soon as\nthe last one is done (1 to 1000)")
@@ -206,6 +224,13 @@ func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&cfg.clients, "clients", cfg.clients, "contention: clients, each with its own retrying transport, making\none write each (1 to 10000)")
 	fs.IntVar(&cfg.capacity, "capacity", cfg.capacity, "contention: writes the provider serves at once; it answers 503 to\nany beyond")
 	fs.DurationVar(&cfg.hold, "hold", cfg.hold, "contention: how long each write takes; the strategies' backoff\nstarts at this and is capped at 100 times it")
+	fs.IntVar(&cfg.slots, "slots", cfg.slots, "capacity: requests the provider serves at once (1 to 10000)")
+	fs.DurationVar(&cfg.service, "service", cfg.service, "capacity: how long the provider takes to serve each request")
+	fs.IntVar(&cfg.callers, "callers", cfg.callers, "capacity: goroutines sending, each its next request as soon as its\nlast one is done (1 to 1000)")
+	fs.IntVar(&cfg.each, "each", cfg.each, "capacity: requests each of the -callers sends (1 to 1000; at most\n20000 in all)")
+	fs.DurationVar(&cfg.halveAt, "halve-at", cfg.halveAt, "capacity: when positive, the provider's slots halve at this time\nfrom its start, as a server losing half its replicas; 0 keeps them")
+	fs.IntVar(&cfg.refusal, "refusal", cfg.refusal, "capacity: status of a refusal: 503, or 529 (Anthropic's\noverloaded_error, as an overloaded LLM API sends)")
+	fs.DurationVar(&cfg.refusalRetryAfter, "refusal-retry-after", cfg.refusalRetryAfter, "capacity: when positive, each refusal carries this Retry-After\n(in whole seconds, rounded up); 0 sends none")
 
 	fs.Int64Var(&cfg.seed, "seed", cfg.seed, "seed of the providers' random faults: the same seed gives the same\nfaults in the same order")
 	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "deadline of each request, retries and waits included")
@@ -320,6 +345,13 @@ func (cfg *config) fill(tf textFlags) string {
 		between("-clients", cfg.clients, 1, 10000),
 		between("-capacity", cfg.capacity, 1, 10000),
 		positiveDur("-hold", cfg.hold),
+		between("-slots", cfg.slots, 1, 10000),
+		durBetween("-service", cfg.service, time.Microsecond, time.Minute),
+		between("-callers", cfg.callers, 1, 1000),
+		between("-each", cfg.each, 1, 1000),
+		between("-callers x -each", cfg.callers*cfg.each, 1, 20000),
+		nonNegative("-halve-at", cfg.halveAt),
+		nonNegative("-refusal-retry-after", cfg.refusalRetryAfter),
 		positiveDur("-timeout", cfg.timeout),
 		positiveDur("-max-time", cfg.maxTime),
 		between("-max-retries", cfg.maxRetries, 0, 100),
@@ -327,6 +359,9 @@ func (cfg *config) fill(tf textFlags) string {
 		nonNegative("-max", cfg.max),
 		nonNegative("-jitter", cfg.jitter),
 		nonNegative("-attempt-timeout", cfg.attemptTimeout),
+	}
+	if !slices.Contains(refusalStatuses, cfg.refusal) {
+		checks = append(checks, fmt.Sprintf("-refusal must be 503 or 529, got %d", cfg.refusal))
 	}
 	if !(cfg.multiplier >= 1) || math.IsInf(cfg.multiplier, 1) {
 		checks = append(checks, fmt.Sprintf("-multiplier must be 1 or more, got %v", cfg.multiplier))

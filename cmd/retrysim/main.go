@@ -13,7 +13,12 @@
 //   - flaky: connection resets, 503s, slow headers, bodies cut short;
 //   - contention: many clients each making one write against a provider of
 //     fixed capacity, as in AWS's "Exponential Backoff and Jitter" study,
-//     comparing jitter strategies.
+//     comparing jitter strategies;
+//   - capacity: goroutines sending back to back against a provider that
+//     serves a fixed number of requests at once and refuses any beyond
+//     (503, or 529 with -refusal), with no rate-limit headers, printing
+//     each policy's throughput as a share of what the capacity allows;
+//     -halve-at halves the capacity mid-run.
 //
 // Each scenario is run with several policies side by side: no retries, a
 // hand-written loop with a fixed delay, one with exponential backoff and no
@@ -40,6 +45,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -115,6 +121,7 @@ func run(ctx context.Context, cfg config, w io.Writer, prog progress) ([][]*runR
 	fmt.Fprintf(w, "\nok: requests that got a 2xx with its whole body. attempts: tries sent, retries included.\n"+
 		"429, 5xx, no answer: attempts that ended so. wait/req: mean time a request spent waiting in the\n"+
 		"client. wall: until the last request ended. p50, p99: request latency, failed requests included.\n")
+	printCapacity(w, groups)
 	fmt.Fprintf(w, "\nretrysim: ran %d scenario(s) in %s.\n", len(groups), fmtDur(elapsed))
 
 	if err := ctx.Err(); err != nil {
@@ -161,6 +168,11 @@ func printPreamble(w io.Writer, cfg config, scenarios []*scenario) {
 	if cfg.parallel {
 		fmt.Fprintln(w, "A scenario's policies run at the same time, each against a provider of its own (-parallel=false: one by one).")
 		for _, sc := range scenarios {
+			if sc.serial {
+				fmt.Fprintf(w, "In the %s scenario, the policies run one after another, each alone: it measures throughput,\n"+
+					"which runs side by side would take from one another on the machine's cores.\n", sc.key)
+				continue
+			}
 			if !sc.pacedAlone {
 				continue
 			}
@@ -179,15 +191,17 @@ func printPreamble(w io.Writer, cfg config, scenarios []*scenario) {
 		fmt.Fprintf(w, "%-11s %s: %s.\n", sc.key, sc.title, sc.about)
 	}
 	var shared, jitter []policy
+	var sharedBy []string
 	for _, sc := range scenarios {
 		if sc.load == manyClients {
 			jitter = sc.policies
 		} else {
 			shared = sc.policies
+			sharedBy = append(sharedBy, sc.key)
 		}
 	}
 	if len(shared) > 0 {
-		fmt.Fprintln(w, "\nPolicies (burst, outage, flaky):")
+		fmt.Fprintf(w, "\nPolicies (%s):\n", strings.Join(sharedBy, ", "))
 		for _, p := range shared {
 			fmt.Fprintf(w, "  %-18s %s\n", p.name, p.about)
 		}

@@ -98,7 +98,9 @@ func TestParseFlagsDefaults(t *testing.T) {
 	// cap, and the sizes stay modest (the run must take well under a minute).
 	assert.Positive(t, cfg.timeout)
 	assert.Positive(t, cfg.maxTime)
-	assert.LessOrEqual(t, totalRequests(cfg), 3000)
+	capacity := len(cfg.policies) * cfg.callers * cfg.each
+	assert.LessOrEqual(t, totalRequests(cfg)-capacity, 3000)
+	assert.LessOrEqual(t, capacity, 6000, "the capacity scenario's runs go one by one; at the capacity each takes 0.6s")
 	assert.LessOrEqual(t, cfg.timeout, 10*time.Second, "a slow policy's tail is cut at the deadline")
 }
 
@@ -153,7 +155,7 @@ func TestParseFlagsServerWorld(t *testing.T) {
 	assert.Contains(t, sc.about, "and no rate-limit headers (absolute times rounded to the nearest second, its clock 2m0s ahead of the client's)")
 
 	// Only the burst's provider is touched.
-	for _, key := range []string{"outage", "flaky", "contention"} {
+	for _, key := range []string{"outage", "flaky", "contention", "capacity"} {
 		p := buildScenario(cfg, key).provider()
 		assert.Zero(t, p.ClockOffset, key)
 		assert.Empty(t, p.Rounding, key)
@@ -192,6 +194,14 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{[]string{"-max-retries", "-1"}, "-max-retries must be between 0 and 100"},
 		{[]string{"-base", "-1s"}, "-base must not be negative"},
 		{[]string{"-multiplier", "0.5"}, "-multiplier must be 1 or more"},
+		{[]string{"-slots", "0"}, "-slots must be between 1 and 10000"},
+		{[]string{"-service", "0s"}, "-service must be between 1µs and 1m0s"},
+		{[]string{"-callers", "2000"}, "-callers must be between 1 and 1000"},
+		{[]string{"-each", "0"}, "-each must be between 1 and 1000"},
+		{[]string{"-callers", "1000", "-each", "21"}, "-callers x -each must be between 1 and 20000, got 21000"},
+		{[]string{"-halve-at", "-1s"}, "-halve-at must not be negative"},
+		{[]string{"-refusal", "500"}, "-refusal must be 503 or 529, got 500"},
+		{[]string{"-refusal-retry-after", "-1s"}, "-refusal-retry-after must not be negative"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		var stderr bytes.Buffer

@@ -35,8 +35,12 @@ func newProgress(stderr io.Writer, total int) progress {
 // finishedLine is the one-line report of a finished run.
 func finishedLine(r *runResult) string {
 	s := summarize(r)
-	return fmt.Sprintf("%s / %s: %d requests, %d ok, %d failed, %d attempts, %s",
+	line := fmt.Sprintf("%s / %s: %d requests, %d ok, %d failed, %d attempts, %s",
 		s.scenario, s.policy, s.requests, s.succeeded, s.failed, s.attempts, fmtDur(s.wall))
+	if r.scenario.capacity != nil {
+		line += fmt.Sprintf(", %.2f of capacity", summarizeCapacity(r).ofLimit)
+	}
+	return line
 }
 
 // lines writes one line when a scenario starts and one when each of its

@@ -28,7 +28,8 @@ type runResult struct {
 // runScenario runs every policy of sc and returns their results in policy
 // order. With -parallel the runs go at the same time, except that where
 // sc.pacedAlone is set the policies that pace run first, one at a time (see
-// scenario.pacedAlone); without it, every run goes alone, in order.
+// scenario.pacedAlone); without it, or where sc.serial is set, every run
+// goes alone, in order.
 func runScenario(ctx context.Context, cfg config, sc *scenario, prog progress) []*runResult {
 	results := make([]*runResult, len(sc.policies))
 	runIt := func(i int) {
@@ -37,7 +38,7 @@ func runScenario(ctx context.Context, cfg config, sc *scenario, prog progress) [
 	}
 	var together []int
 	for i, p := range sc.policies {
-		if cfg.parallel && !(sc.pacedAlone && p.paces) {
+		if cfg.parallel && !sc.serial && !(sc.pacedAlone && p.paces) {
 			together = append(together, i)
 			continue
 		}

@@ -31,6 +31,7 @@ func tinyConfig(t *testing.T, scenarios ...string) config {
 	cfg.outage = 60 * time.Millisecond
 	cfg.resets, cfg.unavailable, cfg.slow, cfg.slowDelay, cfg.truncations = 0.15, 0.15, 0.1, 20*time.Millisecond, 0.04
 	cfg.clients, cfg.capacity, cfg.hold = 16, 4, 2*time.Millisecond
+	cfg.slots, cfg.service, cfg.callers, cfg.each = 4, 2*time.Millisecond, 12, 3
 	cfg.timeout, cfg.maxTime = 5*time.Second, 30*time.Second
 	cfg.base, cfg.max, cfg.jitter = 5*time.Millisecond, 40*time.Millisecond, 5*time.Millisecond
 	cfg.svg = ""
@@ -159,7 +160,7 @@ func TestEveryScenarioTinyRunsAndAddsUp(t *testing.T) {
 
 	rows := parseTable(t, out)
 	checkConsistent(t, groups, rows)
-	assert.Len(t, rows, 3*4+4, "four policies for burst, outage and flaky; four jitter strategies")
+	assert.Len(t, rows, 4*4+4, "four policies for burst, outage, flaky and capacity; four jitter strategies")
 
 	// The chart is written and named at the end.
 	assert.FileExists(t, cfg.svg)
