@@ -135,8 +135,9 @@ Scenarios (-scenario):
               fails the run if one is lost. Runs last, as a subprocess
               (the outbox module's outbox/cmd/outboxsim, built from this
               clone: the outbox needs bbolt, which the library's module
-              must not require), with settings of its own; the flags below
-              do not apply to it
+              must not require), with settings of its own: of the flags
+              below only -max-time applies to it (its own: go -C outbox
+              run ./cmd/outboxsim -h)
 
 Policies (-policies) for burst, outage and flaky:
   none         a plain http.Client: one attempt
