@@ -26,6 +26,9 @@ import (
 //	                   the time their DeliveredTTL ends: Put removes
 //	                   them from the delivered set then
 //
+// (Entries saved before the state sets existed are listed once saved
+// again.)
+//
 // Claim first moves the entries due at now from the sorted set to the
 // stream (one Lua script, atomically), then takes messages with XAUTOCLAIM
 // (those another consumer has held longer than the lease: it died) and
