@@ -36,8 +36,9 @@ type BoltStore struct {
 	// DeliveredTTL, if positive, makes each Put also remove (a bounded
 	// batch of) the delivered entries delivered more than DeliveredTTL
 	// ago (their Entry.Updated, against time.Now), so that the file does
-	// not grow with every delivery; Get then returns ErrNotFound for them. Zero keeps them (PurgeDelivered
-	// removes them on demand). Set it before the store is used.
+	// not grow with every delivery; Get then returns ErrNotFound for
+	// them. Zero keeps them (PurgeDelivered removes them on demand). Set
+	// it before the store is used.
 	DeliveredTTL time.Duration
 }
 
