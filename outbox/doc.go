@@ -53,4 +53,14 @@
 // BoltStore keeps the outbox in one local file, for one process at a time.
 // RedisStore keeps it in Redis (a sorted set of scheduled entries, and a
 // stream read by a consumer group), shared by many worker processes.
+//
+// # Inspection and retention
+//
+// Outbox.Entries lists the entries in a state (the dead letters, say) a
+// page at a time; Outbox.Get reads one, Outbox.Retry sends a dead letter
+// again. Delivered entries are kept for Get until removed: set
+// RedisStore.DeliveredTTL, or BoltStore.DeliveredTTL (each Put then
+// removes a bounded batch of those delivered longer ago), or call
+// BoltStore.PurgeDelivered from time to time. Pending entries and dead
+// letters are never removed by these.
 package outbox

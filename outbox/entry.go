@@ -67,6 +67,11 @@ type Store interface {
 	Claim(ctx context.Context, now time.Time, n int, lease time.Duration) ([]*Entry, error)
 	// Get returns the entry with the given ID, or ErrNotFound.
 	Get(ctx context.Context, id string) (*Entry, error)
+	// List returns at most limit entries in state whose IDs sort after
+	// after ("" for the first), in ID order: pages of a listing that
+	// holds no more than a page in memory. An entry that changes state
+	// while the pages are read may be missed or seen twice.
+	List(ctx context.Context, state State, after string, limit int) ([]*Entry, error)
 	// Close releases the store's resources.
 	Close() error
 }

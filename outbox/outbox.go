@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -315,6 +316,39 @@ func (ob *Outbox) snippet(resp *http.Response) string {
 // status and body snippet, and next replay time. ErrNotFound if unknown.
 func (ob *Outbox) Get(ctx context.Context, id string) (*Entry, error) {
 	return ob.o.Store.Get(ctx, id)
+}
+
+// Entries lists the entries in state (the dead letters, say), in the
+// store's ID order, reading them from the store a page (Options.PageSize)
+// at a time. The iteration stops at the first error, which it yields with
+// a nil entry.
+//
+//	for e, err := range ob.Entries(ctx, outbox.Dead) {
+//		if err != nil {
+//			return err
+//		}
+//		fmt.Println(e.ID, e.URL, e.LastStatus, e.LastError)
+//	}
+func (ob *Outbox) Entries(ctx context.Context, state State) iter.Seq2[*Entry, error] {
+	return func(yield func(*Entry, error) bool) {
+		after := ""
+		for {
+			page, err := ob.o.Store.List(ctx, state, after, ob.o.PageSize)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, e := range page {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if len(page) < ob.o.PageSize {
+				return
+			}
+			after = page[len(page)-1].ID
+		}
+	}
 }
 
 // Retry makes a dead letter (or a pending entry) due now, its age counted

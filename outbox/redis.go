@@ -20,6 +20,14 @@ import (
 //	{prefix}:due       a sorted set of pending entries' IDs by NextAt (ms)
 //	{prefix}:stream    a stream of IDs of due entries, read by the
 //	                   consumer group "workers": the work queue
+//	{prefix}:s:<state> a sorted set of the IDs of the entries in each
+//	                   state (pending, delivered, dead), for List
+//	{prefix}:expiry    a sorted set of the IDs of delivered entries by
+//	                   the time their DeliveredTTL ends: Put removes
+//	                   them from the delivered set then
+//
+// (Entries saved before the state sets existed are listed once saved
+// again.)
 //
 // Claim first moves the entries due at now from the sorted set to the
 // stream (one Lua script, atomically), then takes messages with XAUTOCLAIM
@@ -68,23 +76,43 @@ func isBusyGroup(err error) bool {
 	return err != nil && len(err.Error()) >= 9 && err.Error()[:9] == "BUSYGROUP"
 }
 
-func (s *RedisStore) key(id string) string { return s.prefix + ":e:" + id }
-func (s *RedisStore) due() string          { return s.prefix + ":due" }
-func (s *RedisStore) stream() string       { return s.prefix + ":stream" }
+func (s *RedisStore) key(id string) string        { return s.prefix + ":e:" + id }
+func (s *RedisStore) due() string                 { return s.prefix + ":due" }
+func (s *RedisStore) stream() string              { return s.prefix + ":stream" }
+func (s *RedisStore) stateSet(state State) string { return s.prefix + ":s:" + string(state) }
+func (s *RedisStore) expiry() string              { return s.prefix + ":expiry" }
 
-// putScript saves an entry, schedules or unschedules it, and acknowledges
-// and deletes its stream message, in one step.
-// KEYS: entry, due, stream. ARGV: json, id, state, nextAt ms, message id or "", ttl ms or 0, group.
+// putScript saves an entry, schedules or unschedules it, moves it to its
+// state's set, acknowledges and deletes its stream message, and drops
+// from the delivered set (at most 100) entries whose DeliveredTTL ended,
+// in one step.
+// KEYS: entry, due, stream, s:pending, s:delivered, s:dead, expiry.
+// ARGV: json, id, state, nextAt ms, message id or "", ttl ms or 0, group, now ms.
 var putScript = redis.NewScript(`
 if tonumber(ARGV[6]) > 0 then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[6])
+  redis.call('ZADD', KEYS[7], tonumber(ARGV[8]) + tonumber(ARGV[6]), ARGV[2])
 else
   redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('ZREM', KEYS[7], ARGV[2])
 end
 if ARGV[3] == 'pending' then
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[2])
 else
   redis.call('ZREM', KEYS[2], ARGV[2])
+end
+local sets = {pending = KEYS[4], delivered = KEYS[5], dead = KEYS[6]}
+for state, key in pairs(sets) do
+  if state == ARGV[3] then
+    redis.call('ZADD', key, 0, ARGV[2])
+  else
+    redis.call('ZREM', key, ARGV[2])
+  end
+end
+local gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[8], 'LIMIT', 0, 100)
+for _, id in ipairs(gone) do
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('ZREM', KEYS[7], id)
 end
 if ARGV[5] ~= '' then
   redis.call('XACK', KEYS[3], ARGV[7], ARGV[5])
@@ -112,8 +140,9 @@ func (s *RedisStore) Put(ctx context.Context, e *Entry) error {
 	if e.State == Delivered && s.DeliveredTTL > 0 {
 		ttl = max(s.DeliveredTTL.Milliseconds(), 1)
 	}
-	err = putScript.Run(ctx, s.rdb, []string{s.key(e.ID), s.due(), s.stream()},
-		string(v), e.ID, string(e.State), e.NextAt.UnixMilli(), e.Claim, ttl, redisGroup).Err()
+	keys := []string{s.key(e.ID), s.due(), s.stream(), s.stateSet(Pending), s.stateSet(Delivered), s.stateSet(Dead), s.expiry()}
+	err = putScript.Run(ctx, s.rdb, keys,
+		string(v), e.ID, string(e.State), e.NextAt.UnixMilli(), e.Claim, ttl, redisGroup, time.Now().UnixMilli()).Err()
 	if err != nil {
 		return err
 	}
@@ -174,6 +203,52 @@ func (s *RedisStore) Get(ctx context.Context, id string) (*Entry, error) {
 	}
 	e := new(Entry)
 	return e, json.Unmarshal(v, e)
+}
+
+// List implements Store. Delivered entries whose DeliveredTTL has ended
+// are not listed.
+func (s *RedisStore) List(ctx context.Context, state State, after string, limit int) ([]*Entry, error) {
+	var out []*Entry
+	for len(out) < limit {
+		from := "-"
+		if after != "" {
+			from = "(" + after
+		}
+		want := limit - len(out)
+		ids, err := s.rdb.ZRangeByLex(ctx, s.stateSet(state), &redis.ZRangeBy{Min: from, Max: "+", Count: int64(want)}).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			break
+		}
+		keys := make([]string, len(ids))
+		for i, id := range ids {
+			keys[i] = s.key(id)
+		}
+		vals, err := s.rdb.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vals {
+			str, ok := v.(string)
+			if !ok {
+				continue // expired (DeliveredTTL) since it was listed
+			}
+			e := new(Entry)
+			if err := json.Unmarshal([]byte(str), e); err != nil {
+				return nil, err
+			}
+			if e.State == state {
+				out = append(out, e)
+			}
+		}
+		after = ids[len(ids)-1]
+		if len(ids) < want {
+			break
+		}
+	}
+	return out, nil
 }
 
 // Close implements Store. It does not close the client, which is the

@@ -88,7 +88,7 @@ var policyFlags = []string{"max-retries", "base", "max", "multiplier", "jitter",
 // default run takes well under a minute on two cores.
 func defaultConfig() config {
 	return config{
-		scenarios:   allScenarios,
+		scenarios:   scenarioNames,
 		policies:    []string{"none", "fixed", "exponential", "retryhttp"},
 		requests:    200,
 		concurrency: 200,
@@ -148,6 +148,14 @@ Scenarios (-scenario):
               against a provider serving -slots at once for -service each,
               refusing any beyond with -refusal and no rate-limit headers:
               throughput as a share of what the capacity allows, refusals
+  outbox      an outage longer than the callers' deadlines: the outbox
+              module saves the requests and delivers them after recovery;
+              fails the run if one is lost. Runs last, as a subprocess
+              (the outbox module's outbox/cmd/outboxsim, built from this
+              clone: the outbox needs bbolt, which the library's module
+              must not require), with settings of its own: of the flags
+              below only -max-time applies to it (its own: go -C outbox
+              run ./cmd/outboxsim -h)
 
 Policies (-policies) for burst, outage, flaky and capacity:
   none         a plain http.Client: one attempt
@@ -203,7 +211,7 @@ func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("retrysim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tf.family, tf.rounding, tf.strategy = string(cfg.family), string(cfg.rounding), cfg.strategy.String()
-	fs.StringVar(&tf.scenarios, "scenario", "all", "scenarios to run, comma-separated: burst, outage, flaky, contention,\ncapacity, or all")
+	fs.StringVar(&tf.scenarios, "scenario", "all", "scenarios to run, comma-separated: burst, outage, flaky, contention,\ncapacity, outbox, or all")
 	fs.StringVar(&tf.policies, "policies", strings.Join(cfg.policies, ","), "policies to compare in burst, outage, flaky and capacity,\ncomma-separated: none, fixed, exponential, retryhttp, custom")
 
 	fs.IntVar(&cfg.requests, "requests", cfg.requests, "requests each policy sends in burst, outage and flaky (1 to 10000)")
@@ -259,7 +267,7 @@ func newFlagSet(cfg *config, tf *textFlags, stderr io.Writer) *flag.FlagSet {
 // wrong, or "".
 func (cfg *config) fill(tf textFlags) string {
 	var err string
-	if cfg.scenarios, err = pickList("-scenario", tf.scenarios, allScenarios); err != "" {
+	if cfg.scenarios, err = pickList("-scenario", tf.scenarios, scenarioNames); err != "" {
 		return err
 	}
 	if cfg.policies, err = pickList("-policies", tf.policies, allPolicies); err != "" {

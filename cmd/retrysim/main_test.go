@@ -44,7 +44,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	help := stderr.String()
 
 	assert.True(t, strings.HasPrefix(help, "Usage: retrysim [flags]\n"), "help starts with the usage line:\n%s", help)
-	for _, name := range allScenarios {
+	for _, name := range scenarioNames {
 		assert.Contains(t, help, "\n  "+name+" ", "the header explains scenario %s", name)
 	}
 	for _, name := range allPolicies {
@@ -73,7 +73,7 @@ func TestPolicyFlagsAreTheOnesThatAddCustom(t *testing.T) {
 func TestParseFlagsDefaults(t *testing.T) {
 	cfg, err := parseFlags(nil, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, allScenarios, cfg.scenarios)
+	assert.Equal(t, scenarioNames, cfg.scenarios)
 	assert.Equal(t, []string{"none", "fixed", "exponential", "retryhttp"}, cfg.policies,
 		"no policy flag: no custom policy")
 	assert.Equal(t, retrytest.Anthropic, cfg.family)
