@@ -195,13 +195,13 @@ func TestRetryhttpDefaultsSucceedWhereNoRetriesFails(t *testing.T) {
 	cfg := tinyConfig(t, "outage", "flaky")
 	cfg.policies = []string{"none", "retryhttp"}
 	// Every arrival well inside the outage, whatever the machine's load.
-	cfg.rate, cfg.outage = 2000, 150*time.Millisecond
+	cfg.rate, cfg.outage = 2000, 600*time.Millisecond
 	groups, _, _ := runTiny(t, cfg)
 
 	outage := groups[0]
 	none, rh := byPolicy(t, outage, "no retries"), byPolicy(t, outage, "retryhttp defaults")
 	// Requests meant to arrive during the outage do on any machine not too
-	// busy to open 24 connections in 150ms; each of them fails.
+	// busy to open 24 connections in 600ms; each of them fails.
 	assert.Positive(t, none.failed)
 	assert.Equal(t, none.failed, none.byKind[kind5xx])
 	assert.Equal(t, map[string]int{"529 Overloaded": none.failed}, none.failures)
