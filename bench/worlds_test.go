@@ -434,7 +434,7 @@ func TestWorldHeaders(t *testing.T) {
 			if got, want := fmt.Sprint(statuses), fmt.Sprint(wantStatuses); got != want {
 				t.Errorf("statuses %s, want %s", got, want)
 			}
-			// 900 ms on: a bucket has refilled 36 requests, a window none.
+			// 900 ms on: a bucket is full again, a window still shut.
 			setNow(start.Add(900 * time.Millisecond))
 			wantLater := http.StatusOK
 			if w.cfg.RateLimit.Window > 0 {
