@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 
 // The burst of the worlds benchmark: 80 callers that start together, each
 // sending 3 requests back to back, against a bucket of 40 requests/s with a
-// burst of 4. Ideal wall time: (240 − 4)/40 = 5.9 s.
+// burst of 4 (ideal wall time (240 − 4)/40 = 5.9 s), or in github-window a
+// fixed window of 40 requests per second ((240 − 40)/40 = 5.0 s).
 const (
 	worldRate       = 40.0
 	worldBurst      = 4
@@ -34,10 +36,6 @@ const (
 	// stops waiting for it.
 	worldGrace = 10 * time.Second
 )
-
-// worldIdeal is the burst's ideal wall time: the requests beyond the burst,
-// each waiting for its token.
-const worldIdeal = time.Duration(float64(worldRequests-worldBurst) / worldRate * float64(time.Second))
 
 // A world is a provider that differs from the well-behaved fake in one way.
 type world struct {
@@ -77,8 +75,16 @@ func worlds() []world {
 		{"anthropic-behind3s", with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = -3 * time.Second })},
 		// No rate-limit headers at all: 429 and Retry-After only.
 		{"plain", worldProvider(retrytest.Plain)},
+		// GitHub's own kind of limit, a fixed window (of one second here,
+		// of an hour on GitHub): its x-ratelimit-* headers read as they
+		// would over a bucket, 429.
+		{"github-window", with(retrytest.GitHub, func(c *retrytest.Config) {
+			c.RateLimit.Status = http.StatusTooManyRequests
+			c.RateLimit.Window = time.Second
+			c.RateLimit.Burst = int(worldRate)
+		})},
 		// GitHub's x-ratelimit-* headers, reset in epoch seconds, over a
-		// token bucket (GitHub's own limit is an hourly window), 429.
+		// token bucket, 429.
 		{"github-bucket", with(retrytest.GitHub, func(c *retrytest.Config) { c.RateLimit.Status = http.StatusTooManyRequests })},
 		// The same with GitHub's usual rejection, 403, which only a client
 		// that reads x-ratelimit-remaining: 0 takes for a rate limit.
@@ -88,6 +94,17 @@ func worlds() []world {
 		{"anthropic-ceil", worldProvider(retrytest.Anthropic)},
 		{"ietf", worldProvider(retrytest.IETF)},
 	}
+}
+
+// limit is how many requests the world's provider admits at once: the
+// bucket's burst, or a whole window's quota.
+func (w world) limit() int { return w.cfg.RateLimit.Burst }
+
+// ideal is the burst's least wall time under the world's limit: what passes
+// at once, then each further request waiting for its share of worldRate.
+// A fixed window lets its whole quota through at once, a bucket its burst.
+func (w world) ideal() time.Duration {
+	return time.Duration(float64(worldRequests-w.limit()) / worldRate * float64(time.Second))
 }
 
 // rejectStatus is the status the world's provider rejects with.
@@ -128,7 +145,10 @@ type worldResult struct {
 	reasons                               map[string]int
 }
 
-func (r worldResult) xIdeal() float64 { return float64(r.wall) / float64(worldIdeal) / float64(r.runs) }
+// xIdeal is the mean wall time of a run over ideal, the world's.
+func (r worldResult) xIdeal(ideal time.Duration) float64 {
+	return float64(r.wall) / float64(ideal) / float64(r.runs)
+}
 
 // BenchmarkWorlds runs the burst once per iteration against every world
 // with every client, one at a time (worlds in turn, and within a world the
@@ -137,7 +157,7 @@ func (r worldResult) xIdeal() float64 { return float64(r.wall) / float64(worldId
 // measurement, and a full run takes several minutes.
 //
 // An op is one burst of 240 requests. Metrics: x-ideal is wall time over the
-// ideal 5.9 s; failed/op are requests whose final outcome was an error or a
+// world's ideal (5.9 s, or 5.0 s in github-window); failed/op are requests whose final outcome was an error or a
 // status other than 200; 429/op (403/op in github-403) are the provider's
 // rejections; saw429/op are requests that got at least one; attempts/op are
 // requests the provider received. A run that passes 90 s fails the
@@ -154,7 +174,7 @@ func BenchmarkWorlds(b *testing.B) {
 				// bound failed the benchmark but still has its row.
 				b.Run("impl="+c.name, func(b *testing.B) { res = runWorld(b, w, c.wrap) })
 				if res.runs > 0 { // 0: the -bench pattern left the client out
-					rows = append(rows, worldRow{w.name, c.name, w.rejectStatus(), res})
+					rows = append(rows, worldRow{w.name, c.name, w.rejectStatus(), w.ideal(), res})
 				}
 			}
 			if len(rows) > 0 {
@@ -218,7 +238,7 @@ func runWorld(b *testing.B, w world, wrap func(http.RoundTripper) http.RoundTrip
 		b.StartTimer()
 	}
 	n := float64(res.runs)
-	b.ReportMetric(res.xIdeal(), "x-ideal")
+	b.ReportMetric(res.xIdeal(w.ideal()), "x-ideal")
 	b.ReportMetric(float64(res.failed)/n, "failed/op")
 	b.ReportMetric(float64(res.rejected)/n, fmt.Sprintf("%d/op", status))
 	b.ReportMetric(float64(res.sawReject)/n, fmt.Sprintf("saw%d/op", status))
@@ -235,14 +255,15 @@ func runWorld(b *testing.B, w world, wrap func(http.RoundTripper) http.RoundTrip
 // worldRow is one client's result in one world, for the tables.
 type worldRow struct {
 	world, impl string
-	status      int // the world's rejection status
+	status      int           // the world's rejection status
+	ideal       time.Duration // the world's ideal wall time
 	res         worldResult
 }
 
 // worldTable is the markdown table of one world: a row per client.
 func worldTable(name string, rows []worldRow) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nworld %s (ideal %.1f s)\n\n", name, worldIdeal.Seconds())
+	fmt.Fprintf(&sb, "\nworld %s (ideal %.1f s)\n\n", name, rows[0].ideal.Seconds())
 	fmt.Fprintf(&sb, "| impl | wall | x ideal | failed | %[1]ds | requests that saw a %[1]d | attempts |\n", rows[0].status)
 	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
@@ -252,7 +273,7 @@ func worldTable(name string, rows []worldRow) string {
 			bound = " (bound hit)"
 		}
 		fmt.Fprintf(&sb, "| %s | %.2f s%s | %.3f | %d | %d | %d | %d |\n",
-			r.impl, (r.res.wall / time.Duration(n)).Seconds(), bound, r.res.xIdeal(),
+			r.impl, (r.res.wall / time.Duration(n)).Seconds(), bound, r.res.xIdeal(r.ideal),
 			r.res.failed/n, r.res.rejected/n, r.res.sawReject/n, r.res.attempts/n)
 	}
 	return sb.String()
@@ -289,7 +310,7 @@ func worldSummary(rows []worldRow) string {
 				continue
 			}
 			n := r.res.runs
-			fmt.Fprintf(&sb, " %.2f / %d / %d |", r.res.xIdeal(), r.res.failed/n, r.res.rejected/n)
+			fmt.Fprintf(&sb, " %.2f / %d / %d |", r.res.xIdeal(r.ideal), r.res.failed/n, r.res.rejected/n)
 		}
 		sb.WriteString("\n")
 	}
@@ -306,8 +327,9 @@ func contains(list []string, s string) bool {
 }
 
 // TestWorlds checks the worlds themselves, quickly: each provider's Config
-// is valid, the names are unique, and the clients are the five compared,
-// retryhttp first.
+// is valid, the names are unique, each world's ideal wall time is the one
+// its limit allows (a window's whole quota at once, a bucket's burst), and
+// the clients are the five compared, retryhttp first.
 func TestWorlds(t *testing.T) {
 	seen := map[string]bool{}
 	for _, w := range worlds() {
@@ -318,6 +340,16 @@ func TestWorlds(t *testing.T) {
 			t.Errorf("world %s listed twice", w.name)
 		}
 		seen[w.name] = true
+		want := 5900 * time.Millisecond // (240 − 4)/40
+		if w.name == "github-window" {
+			want = 5 * time.Second // (240 − 40)/40
+		}
+		if got := w.ideal(); got != want {
+			t.Errorf("world %s: ideal %v, want %v", w.name, got, want)
+		}
+	}
+	if !seen["github-window"] {
+		t.Error("no github-window world")
 	}
 	var names []string
 	for _, c := range worldClients() {
@@ -326,18 +358,19 @@ func TestWorlds(t *testing.T) {
 	if got, want := strings.Join(names, ","), "retryhttp,retryablehttp,failsafe,resty,rehttp"; got != want {
 		t.Errorf("clients %s, want %s", got, want)
 	}
-	if worldIdeal != 5900*time.Millisecond {
-		t.Errorf("ideal %v, want 5.9s", worldIdeal)
-	}
 }
 
 // TestWorldHeaders checks that each world's provider says what its name
-// claims, on a frozen clock (no refill): the first answer's rate-limit
-// headers and Date, for a bucket of 4 that one request has left at 3 and
-// that is full again 25 ms later, at 03:04:05.325 on the client's clock;
-// then the 5th request is rejected with the world's status.
+// claims, on a clock frozen at 03:04:05.300 (the provider's start): the
+// first answer's rate-limit headers and Date (for a bucket of 4 that one
+// request has left at 3 and that is full again 25 ms later; for
+// github-window, a window of 40 that one request has left at 39 and that
+// ends 1 s later, at 03:04:06.300); then the request past the limit is
+// rejected with the world's status. Then it moves the clock: 900 ms later
+// a bucket has refilled and admits a request, a window has not; 1 s after
+// the start a new window admits one too.
 func TestWorldHeaders(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 300*int(time.Millisecond), time.UTC)
+	start := time.Date(2026, 1, 2, 3, 4, 5, 300*int(time.Millisecond), time.UTC)
 	const anthReset = "Anthropic-Ratelimit-Requests-Reset"
 	want := map[string]map[string]string{ // header → value; "" means absent
 		"anthropic-floor":    {anthReset: "2026-01-02T03:04:05Z", "Date": "Fri, 02 Jan 2026 03:04:05 GMT"},
@@ -345,12 +378,14 @@ func TestWorldHeaders(t *testing.T) {
 		"anthropic-ahead3s":  {anthReset: "2026-01-02T03:04:09Z", "Date": "Fri, 02 Jan 2026 03:04:08 GMT"},
 		"anthropic-behind3s": {anthReset: "2026-01-02T03:04:03Z", "Date": "Fri, 02 Jan 2026 03:04:02 GMT"},
 		"plain":              {anthReset: "", "X-Ratelimit-Remaining": "", "X-Ratelimit-Remaining-Requests": "", "Ratelimit": ""},
-		"github-bucket":      {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(now.Unix()+1, 10)},
-		"github-403":         {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(now.Unix()+1, 10)},
+		"github-window":      {"X-Ratelimit-Limit": "40", "X-Ratelimit-Remaining": "39", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+2, 10)},
+		"github-bucket":      {"X-Ratelimit-Limit": "4", "X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
+		"github-403":         {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
 		"openai":             {"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "25ms"},
 		"anthropic-ceil":     {anthReset: "2026-01-02T03:04:06Z", "Anthropic-Ratelimit-Requests-Remaining": "3"},
 		"ietf":               {"Ratelimit": `"default";r=3;t=1`, "Ratelimit-Policy": `"default";q=40;w=1`},
 	}
+	limits := map[string]int{"github-window": 40} // requests admitted at once; worldBurst otherwise
 	tr := cleanhttp.DefaultPooledTransport()
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
@@ -360,32 +395,64 @@ func TestWorldHeaders(t *testing.T) {
 			if !ok {
 				t.Fatalf("no expected headers for world %s", w.name)
 			}
+			limit, ok := limits[w.name]
+			if !ok {
+				limit = worldBurst
+			}
+			var mu sync.Mutex
+			now := start
 			cfg := w.cfg
-			cfg.Now = func() time.Time { return now }
+			cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			setNow := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
 			p := retrytest.NewServer(cfg)
 			defer p.Close()
-			var statuses []int
-			var first http.Header
-			for i := 0; i < worldBurst+1; i++ {
+			send := func() (int, http.Header) {
 				resp, err := client.Post(p.URL+"/v1/messages", "application/json", strings.NewReader(`{}`))
 				if err != nil {
 					t.Fatal(err)
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				statuses = append(statuses, resp.StatusCode)
-				if i == 0 {
-					first = resp.Header
-				}
+				return resp.StatusCode, resp.Header
 			}
+			var statuses, wantStatuses []int
+			var first http.Header
+			for i := 0; i < limit+1; i++ {
+				st, h := send()
+				statuses = append(statuses, st)
+				if i == 0 {
+					first = h
+				}
+				wantStatuses = append(wantStatuses, http.StatusOK)
+			}
+			wantStatuses[limit] = w.rejectStatus()
 			for k, v := range headers {
 				if got := first.Get(k); got != v {
 					t.Errorf("%s: %q, want %q", k, got, v)
 				}
 			}
-			wantStatuses := fmt.Sprint([]int{200, 200, 200, 200, w.rejectStatus()})
-			if got := fmt.Sprint(statuses); got != wantStatuses {
-				t.Errorf("statuses %s, want %s", got, wantStatuses)
+			if got, want := fmt.Sprint(statuses), fmt.Sprint(wantStatuses); got != want {
+				t.Errorf("statuses %s, want %s", got, want)
+			}
+			// 900 ms on: a bucket is full again, a window still shut.
+			setNow(start.Add(900 * time.Millisecond))
+			wantLater := http.StatusOK
+			if w.cfg.RateLimit.Window > 0 {
+				wantLater = w.rejectStatus()
+			}
+			if st, _ := send(); st != wantLater {
+				t.Errorf("900 ms later: %d, want %d", st, wantLater)
+			}
+			// 1 s on: a new window, or a bucket full again.
+			setNow(start.Add(time.Second))
+			st, h := send()
+			if st != http.StatusOK {
+				t.Errorf("1 s later: %d, want 200", st)
+			}
+			if w.cfg.Family == retrytest.GitHub {
+				if got, want := h.Get("X-Ratelimit-Remaining"), strconv.Itoa(limit-1); got != want {
+					t.Errorf("1 s later: X-Ratelimit-Remaining %q, want %q", got, want)
+				}
 			}
 		})
 	}
