@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -124,7 +125,7 @@ func (c *call) checkFirstEvent(resp *http.Response) *streamFailure {
 	}
 	// peeking is set before peek starts: a caller that gets the body
 	// before the goroutine runs must wait for it, not read orig alongside.
-	p := &firstEventBody{orig: *slot, max: c.policy.firstEventMax, decided: make(chan struct{}), peeking: true}
+	p := &firstEventBody{orig: *slot, max: c.policy.firstEventMax, peeking: true}
 	p.cond.L = &p.mu
 	if p.max >= firstReadSize {
 		p.pooled = peekBuffers.Get().(*[]byte)
@@ -132,21 +133,40 @@ func (c *call) checkFirstEvent(resp *http.Response) *streamFailure {
 	}
 	*slot = p
 	go p.peek()
-	timer := time.NewTimer(c.policy.firstEventTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.decided:
-	case <-timer.C:
-		p.giveUp()
-		return nil
-	case <-c.ctx.Done():
-		p.giveUp()
-		return nil
+	// The fast path, taken when the first event is already there (it
+	// usually comes with the headers): yielding runs peek at once on this
+	// thread (a new goroutine is next in line), and when its reads did not
+	// block it has decided before this goroutine resumes. Nothing then
+	// waits: no channel, no timer, no wake-up. Only a peek that is still
+	// reading is waited for, bounded by the timer and the context.
+	runtime.Gosched()
+	p.mu.Lock()
+	if p.peeking {
+		p.decided = make(chan struct{})
+		p.mu.Unlock()
+		timer := time.NewTimer(c.policy.firstEventTimeout)
+		select {
+		case <-p.decided:
+			timer.Stop()
+		case <-timer.C:
+			p.giveUp()
+			return nil
+		case <-c.ctx.Done():
+			timer.Stop()
+			p.giveUp()
+			return nil
+		}
+		p.mu.Lock()
 	}
+	p.mu.Unlock()
 	if !p.complete {
 		return nil
 	}
-	status, kind := streamErrorKind(p.event.name, p.event.data)
+	name := ""
+	if p.event.isError {
+		name = "error"
+	}
+	status, kind := streamErrorKind(name, p.event.data)
 	if status == 0 {
 		return nil
 	}
@@ -205,7 +225,9 @@ type firstEventBody struct {
 	orig io.ReadCloser
 	max  int
 
-	decided chan struct{} // closed when peek has decided (or stopped)
+	// decided is closed when peek has decided (or stopped); made, under
+	// mu, only when checkFirstEvent has to wait for that.
+	decided chan struct{}
 
 	mu       sync.Mutex
 	cond     sync.Cond // signals new bytes, or peek's end
@@ -223,9 +245,9 @@ type firstEventBody struct {
 
 // firstEvent is the first event with data, other than a ping.
 type firstEvent struct {
-	name   string
-	data   []byte
-	copied bool // data is a copy of its own, not a piece of the buffer
+	isError bool // its type is "error" (the only type that matters)
+	data    []byte
+	copied  bool // data is a copy of its own, not a piece of the buffer
 }
 
 // firstEventSink adapts firstEvent's method set to sseSink (its data field
@@ -254,7 +276,7 @@ func (e *firstEvent) end(name []byte) bool {
 		e.data, e.copied = nil, false
 		return true
 	}
-	e.name = string(name)
+	e.isError = string(name) == "error"
 	return false
 }
 
@@ -289,7 +311,9 @@ func (p *firstEventBody) peek() {
 	p.mu.Lock()
 	defer func() {
 		p.peeking = false
-		close(p.decided)
+		if p.decided != nil {
+			close(p.decided)
+		}
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}()
