@@ -211,7 +211,7 @@ func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 		u.unbook(t)
 		return pass{}, c.rateLimited(now, start)
 	}
-	if err := c.awaitTurn(u, t, limitAt, latest, w != nil); err != nil {
+	if err := c.awaitTurn(u, t, limitAt, booked, latest, w != nil); err != nil {
 		booked.cancel(c.t.cfg.clock.Now())
 		u.unbook(t)
 		return pass{}, err
@@ -248,8 +248,14 @@ func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (at time.Time, r r
 // ones), and a new reading may have changed the pace (a quicker pace wakes
 // the waiters at once). behindProbe: the turn is the one the probe's
 // answer gave (a slow-start ramp), for what OnAttempt reports it waited for.
-func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time, behindProbe bool) error {
+// A refund on the local token limits (a response that used fewer tokens than
+// it booked) brings booked's start forward and wakes the wait.
+func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time, booked reservation, latest time.Time, behindProbe bool) error {
 	for {
+		refunds := booked.refunds() // before startAt: no refund goes unseen
+		if booked != nil {
+			limitAt = booked.startAt()
+		}
 		now := c.t.cfg.clock.Now()
 		at, quicker, again := u.recheck(now, &t, c.policy.jitter)
 		if again {
@@ -282,6 +288,9 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time, behindP
 		}
 		since := c.waitStart()
 		u.stats.queued.Add(1)
+		if limitAt.After(at) {
+			quicker = refunds // the limits bind: only a refund brings the start forward
+		}
 		err := c.sleep(wake.Sub(now), quicker)
 		u.stats.queued.Add(-1)
 		c.waited(kind, since)

@@ -15,6 +15,9 @@ import (
 // from max_tokens or its aliases) when it is admitted, and the usage the
 // response reports settles the booking: tokens booked but not used go back
 // to the local buckets at once, tokens used beyond the booking are charged.
+// Tokens given back pay the debt the queued requests wait behind, so each
+// of them comes sooner by what the tokens are worth, and is woken to see it
+// (clientLimits.adjust; the queue is the buckets' debt, see bucket).
 //
 // The usage is read as the caller reads the body, from the bytes that pass,
 // with nothing buffered but the usage object itself:
@@ -163,28 +166,32 @@ func (m *usageMeter) value(k1, k2 jsonKey, raw []byte) {
 
 // adjust changes the tokens booked on the buckets by dIn input and dOut
 // output tokens: a negative count gives tokens back at once, a positive one
-// is charged now, as debt the next requests wait behind.
-//
-// Giving back is a reservation of a negative count: rate.Limiter adds it
-// to the bucket, which it caps at its size the next time it is used.
-// (Reservation.CancelAt cannot do it: it gives back nothing once the
-// reservation's time to act has passed, and an attempt whose response
-// reports its usage was sent after that time.)
+// is charged now, as debt the next requests wait behind. Tokens given back
+// pay the debt the waiting requests are queued behind: each of them comes
+// sooner by what the tokens are worth, and they are woken to see it.
 func (cl *clientLimits) adjust(now time.Time, dIn, dOut int) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	refunded := false
 	for _, d := range dimensions {
-		lim := cl.buckets[d]
-		if lim == nil || d == Requests {
+		b := cl.buckets[d]
+		if b == nil || d == Requests {
 			continue
 		}
-		n := d.units(dIn, dOut)
+		n := float64(d.units(dIn, dOut))
+		if n > 0 {
+			b.take(now, n)
+			continue
+		}
 		if n < 0 {
-			lim.ReserveN(now, n)
-			continue
+			b.advance(now)
+			b.tokens = min(b.size, b.tokens-n)
+			b.refunded -= n
+			refunded = true
 		}
-		for n > 0 {
-			piece := min(n, lim.Burst())
-			lim.ReserveN(now, piece)
-			n -= piece
-		}
+	}
+	if refunded && cl.refunded != nil {
+		close(cl.refunded)
+		cl.refunded = nil
 	}
 }
