@@ -270,7 +270,8 @@ func (r reservation) refunds() <-chan struct{} {
 }
 
 // cancel gives back a booking that will not be used, as
-// rate.Reservation.CancelAt does: nothing once its time has come, and
+// rate.Reservation.CancelAt does: nothing once its time has passed (a
+// booking refused at once, due now on one limit, gives that back too), and
 // never the tokens booked after it (the bookings behind keep their place).
 func (r reservation) cancel(now time.Time) {
 	if r == nil {
@@ -283,8 +284,8 @@ func (r reservation) cancel(now time.Time) {
 			continue
 		}
 		b := r.cl.buckets[d]
-		if !p.at.Add(-b.duration(b.refunded - p.refunded)).After(now) {
-			continue
+		if p.at.Add(-b.duration(b.refunded - p.refunded)).Before(now) {
+			continue // its time has come: the tokens are spent
 		}
 		back := p.n - max(b.booked-p.booked, 0)
 		if back <= 0 {

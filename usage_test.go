@@ -133,6 +133,13 @@ func TestBucketRefundsAndCancels(t *testing.T) {
 
 	cl.adjust(now.Add(time.Second), 0, -500)
 	assert.InDelta(t, 100, b.tokensAt(now.Add(time.Second)), 1e-9, "no more than the bucket's size")
+
+	// A request refused at once cancels a booking due that very moment
+	// on this limit (another limit was what it could not wait for).
+	at, due := cl.reserve(now.Add(time.Second), 0, 40)
+	require.Equal(t, now.Add(time.Second), at)
+	due.cancel(now.Add(time.Second))
+	assert.InDelta(t, 100, b.tokensAt(now.Add(time.Second)), 1e-9, "given back whole")
 }
 
 // jsonUsageBase answers 200 JSON bodies holding the given usage.
