@@ -217,10 +217,7 @@ func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 		return pass{}, err
 	}
 	u.dispatch(&p)
-	if local && u.limits.countsTokens() {
-		in, out := c.tokens()
-		p.settle = &settlement{limits: u.limits, clock: c.t.cfg.clock, in: in, out: out}
-	}
+	p.settle = c.newSettlement(u, local)
 	return p, nil
 }
 

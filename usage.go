@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -81,11 +82,59 @@ func parseUsage(raw []byte, gemini, inputOnly bool) tokenUsage {
 }
 
 // settlement is an attempt's booking on the client-side token limits, to be
-// settled by the usage its response reports.
+// settled by the usage its response reports: on the local buckets, or on a
+// QuotaBackend that is a QuotaSettler.
 type settlement struct {
-	limits  *clientLimits
+	limits  *clientLimits     // a local booking
+	shared  *sharedSettlement // or a booking on the backend
 	clock   Clock
 	in, out int // the tokens booked now
+}
+
+// sharedSettlement is where a booking on the backend is settled.
+type sharedSettlement struct {
+	q       *sharedQuota
+	settler QuotaSettler
+	key     string
+	cfg     *config
+}
+
+// newSettlement is the settlement of an attempt admitted on u with a
+// booking of the client-side limits (local: on this process's buckets, else
+// on the backend, if any), or nil when there is nothing to settle: no token
+// limits, or a backend that cannot settle.
+func (c *call) newSettlement(u *upstream, local bool) *settlement {
+	if u.limits == nil || !u.limits.countsTokens() {
+		return nil
+	}
+	s := &settlement{clock: c.t.cfg.clock}
+	if local {
+		s.limits = u.limits
+	} else {
+		q := c.t.cfg.quota
+		if q == nil {
+			return nil
+		}
+		settler, ok := q.backend.(QuotaSettler)
+		if !ok {
+			return nil
+		}
+		s.shared = &sharedSettlement{q: q, settler: settler, key: c.key.String(), cfg: &c.t.cfg}
+	}
+	s.in, s.out = c.tokens() // estimated already, when the booking was made
+	return s
+}
+
+// send settles a booking on the backend by dIn and dOut tokens, in the
+// background.
+func (s *sharedSettlement) send(now time.Time, dIn, dOut int) {
+	deltas := s.cfg.quotaDeltas(dIn, dOut)
+	if len(deltas) == 0 || s.q.down.Load() {
+		return
+	}
+	go s.q.call(context.Background(), s.cfg.quotaTimeout, func(ctx context.Context) (time.Duration, error) {
+		return 0, s.settler.Settle(ctx, s.key, deltas, now)
+	})
 }
 
 // settle makes the booking what u reports.
@@ -97,7 +146,11 @@ func (s *settlement) settle(u tokenUsage) {
 	if u.hasOut {
 		dOut, s.out = u.out-s.out, u.out
 	}
-	if dIn != 0 || dOut != 0 {
+	switch {
+	case dIn == 0 && dOut == 0:
+	case s.shared != nil:
+		s.shared.send(s.clock.Now(), dIn, dOut)
+	default:
 		s.limits.adjust(s.clock.Now(), dIn, dOut)
 	}
 }
