@@ -126,7 +126,6 @@ func (c *call) checkFirstEvent(resp *http.Response) *streamFailure {
 	// peeking is set before peek starts: a caller that gets the body
 	// before the goroutine runs must wait for it, not read orig alongside.
 	p := &firstEventBody{orig: *slot, max: c.policy.firstEventMax, peeking: true}
-	p.cond.L = &p.mu
 	if p.max >= firstReadSize {
 		p.pooled = peekBuffers.Get().(*[]byte)
 		p.buf = (*p.pooled)[:0]
@@ -218,9 +217,9 @@ func streamErrorKind(name string, data []byte) (status int, kind string) {
 // firstEventBody is a stream whose first bytes are read ahead by peek, in a
 // goroutine of its own, until its first event is complete. The caller's
 // reads serve what peek read, then, once peek has stopped, go straight to
-// orig. While peek has a read pending (it gave up waiting, but the read
-// cannot be abandoned), a caller's Read waits for that read's bytes, as it
-// would have waited on orig.
+// orig. While peek has a read pending (checkFirstEvent gave up waiting, but
+// the read cannot be abandoned), a caller's Read waits for that read, peek's
+// last, as it would have waited on orig.
 type firstEventBody struct {
 	orig io.ReadCloser
 	max  int
@@ -230,7 +229,6 @@ type firstEventBody struct {
 	decided chan struct{}
 
 	mu       sync.Mutex
-	cond     sync.Cond // signals new bytes, or peek's end
 	buf      []byte    // bytes peek read
 	off      int       // bytes of buf served
 	err      error     // the error that ended peek's reading (io.EOF included)
@@ -314,7 +312,6 @@ func (p *firstEventBody) peek() {
 		if p.decided != nil {
 			close(p.decided)
 		}
-		p.cond.Broadcast()
 		p.mu.Unlock()
 	}()
 	for !p.stop {
@@ -332,7 +329,6 @@ func (p *firstEventBody) peek() {
 		p.mu.Lock()
 		start := len(p.buf)
 		p.buf = p.buf[:start+n]
-		p.cond.Broadcast()
 		if n > 0 {
 			p.parser.feed(p.buf[start:], firstEventSink{&p.event})
 			if p.parser.stopped {
@@ -355,14 +351,19 @@ func (p *firstEventBody) giveUp() {
 	p.mu.Unlock()
 }
 
-// Read serves the bytes peek read, then reads orig.
+// Read serves the bytes peek read, then reads orig. A Read while peek is
+// still reading (checkFirstEvent gave up on it) waits for peek's pending
+// read, its last, as it would have waited on orig.
 func (p *firstEventBody) Read(b []byte) (int, error) {
 	if p.direct.Load() {
 		return p.orig.Read(b)
 	}
 	p.mu.Lock()
-	for p.off == len(p.buf) && p.peeking {
-		p.cond.Wait()
+	if p.off == len(p.buf) && p.peeking {
+		decided := p.decided // made before the body was handed over
+		p.mu.Unlock()
+		<-decided
+		p.mu.Lock()
 	}
 	if p.off < len(p.buf) {
 		n := copy(b, p.buf[p.off:])
