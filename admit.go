@@ -249,10 +249,6 @@ func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (at time.Time, r r
 // it booked) brings booked's start forward and wakes the wait.
 func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time, booked reservation, latest time.Time, behindProbe bool) error {
 	for {
-		refunds := booked.refunds() // before startAt: no refund goes unseen
-		if booked != nil {
-			limitAt = booked.startAt()
-		}
 		now := c.t.cfg.clock.Now()
 		at, quicker, again := u.recheck(now, &t, c.policy.jitter)
 		if again {
@@ -283,16 +279,26 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time, booked reservat
 		case behindProbe && !t.paced:
 			kind = WaitProbe
 		}
+		if booked != nil && limitAt.After(at) {
+			// The limits bind: only a refund brings the start forward.
+			// Its channel is taken before the start is read again, so
+			// that no refund goes unseen.
+			quicker = booked.refunds()
+			if s := booked.startAt(); s.Before(limitAt) {
+				limitAt = s
+				continue
+			}
+		}
 		since := c.waitStart()
 		u.stats.queued.Add(1)
-		if limitAt.After(at) {
-			quicker = refunds // the limits bind: only a refund brings the start forward
-		}
 		err := c.sleep(wake.Sub(now), quicker)
 		u.stats.queued.Add(-1)
 		c.waited(kind, since)
 		if err != nil {
 			return err
+		}
+		if booked != nil {
+			limitAt = booked.startAt() // a refund may have brought it forward
 		}
 	}
 }

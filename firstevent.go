@@ -229,12 +229,12 @@ type firstEventBody struct {
 	decided chan struct{}
 
 	mu       sync.Mutex
-	buf      []byte    // bytes peek read
-	off      int       // bytes of buf served
-	err      error     // the error that ended peek's reading (io.EOF included)
-	peeking  bool      // peek is still reading
-	stop     bool      // peek is to stop after its pending read
-	complete bool      // the first event is complete (then event holds it)
+	buf      []byte // bytes peek read
+	off      int    // bytes of buf served
+	err      error  // the error that ended peek's reading (io.EOF included)
+	peeking  bool   // peek is still reading
+	stop     bool   // peek is to stop after its pending read
+	complete bool   // the first event is complete (then event holds it)
 	event    firstEvent
 	parser   sseParser
 	direct   atomic.Bool // buf is served and peek has stopped: Read goes to orig
