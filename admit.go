@@ -211,16 +211,13 @@ func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 		u.unbook(t)
 		return pass{}, c.rateLimited(now, start)
 	}
-	if err := c.awaitTurn(u, t, limitAt, latest, w != nil); err != nil {
+	if err := c.awaitTurn(u, t, limitAt, booked, latest, w != nil); err != nil {
 		booked.cancel(c.t.cfg.clock.Now())
 		u.unbook(t)
 		return pass{}, err
 	}
 	u.dispatch(&p)
-	if local && u.limits.countsTokens() {
-		in, out := c.tokens()
-		p.settle = &settlement{limits: u.limits, clock: c.t.cfg.clock, in: in, out: out}
-	}
+	p.settle = c.newSettlement(u, local)
 	return p, nil
 }
 
@@ -248,7 +245,9 @@ func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (at time.Time, r r
 // ones), and a new reading may have changed the pace (a quicker pace wakes
 // the waiters at once). behindProbe: the turn is the one the probe's
 // answer gave (a slow-start ramp), for what OnAttempt reports it waited for.
-func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time, behindProbe bool) error {
+// A refund on the local token limits (a response that used fewer tokens than
+// it booked) brings booked's start forward and wakes the wait.
+func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time, booked reservation, latest time.Time, behindProbe bool) error {
 	for {
 		now := c.t.cfg.clock.Now()
 		at, quicker, again := u.recheck(now, &t, c.policy.jitter)
@@ -280,6 +279,16 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time, behindP
 		case behindProbe && !t.paced:
 			kind = WaitProbe
 		}
+		if booked != nil && limitAt.After(at) {
+			// The limits bind: only a refund brings the start forward.
+			// Its channel is taken before the start is read again, so
+			// that no refund goes unseen.
+			quicker = booked.refunds()
+			if s := booked.startAt(); s.Before(limitAt) {
+				limitAt = s
+				continue
+			}
+		}
 		since := c.waitStart()
 		u.stats.queued.Add(1)
 		err := c.sleep(wake.Sub(now), quicker)
@@ -287,6 +296,9 @@ func (c *call) awaitTurn(u *upstream, t turn, limitAt, latest time.Time, behindP
 		c.waited(kind, since)
 		if err != nil {
 			return err
+		}
+		if booked != nil {
+			limitAt = booked.startAt() // a refund may have brought it forward
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -124,29 +125,47 @@ func (c *call) checkFirstEvent(resp *http.Response) *streamFailure {
 	}
 	// peeking is set before peek starts: a caller that gets the body
 	// before the goroutine runs must wait for it, not read orig alongside.
-	p := &firstEventBody{orig: *slot, max: c.policy.firstEventMax, decided: make(chan struct{}), peeking: true}
-	p.cond.L = &p.mu
+	p := &firstEventBody{orig: *slot, max: c.policy.firstEventMax, peeking: true}
 	if p.max >= firstReadSize {
 		p.pooled = peekBuffers.Get().(*[]byte)
 		p.buf = (*p.pooled)[:0]
 	}
 	*slot = p
 	go p.peek()
-	timer := time.NewTimer(c.policy.firstEventTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.decided:
-	case <-timer.C:
-		p.giveUp()
-		return nil
-	case <-c.ctx.Done():
-		p.giveUp()
-		return nil
+	// The fast path, taken when the first event is already there (it
+	// usually comes with the headers): yielding runs peek at once on this
+	// thread (a new goroutine is next in line), and when its reads did not
+	// block it has decided before this goroutine resumes. Nothing then
+	// waits: no channel, no timer, no wake-up. Only a peek that is still
+	// reading is waited for, bounded by the timer and the context.
+	runtime.Gosched()
+	p.mu.Lock()
+	if p.peeking {
+		p.decided = make(chan struct{})
+		p.mu.Unlock()
+		timer := time.NewTimer(c.policy.firstEventTimeout)
+		select {
+		case <-p.decided:
+			timer.Stop()
+		case <-timer.C:
+			p.giveUp()
+			return nil
+		case <-c.ctx.Done():
+			timer.Stop()
+			p.giveUp()
+			return nil
+		}
+		p.mu.Lock()
 	}
+	p.mu.Unlock()
 	if !p.complete {
 		return nil
 	}
-	status, kind := streamErrorKind(p.event.name, p.event.data)
+	name := ""
+	if p.event.isError {
+		name = "error"
+	}
+	status, kind := streamErrorKind(name, p.event.data)
 	if status == 0 {
 		return nil
 	}
@@ -198,23 +217,24 @@ func streamErrorKind(name string, data []byte) (status int, kind string) {
 // firstEventBody is a stream whose first bytes are read ahead by peek, in a
 // goroutine of its own, until its first event is complete. The caller's
 // reads serve what peek read, then, once peek has stopped, go straight to
-// orig. While peek has a read pending (it gave up waiting, but the read
-// cannot be abandoned), a caller's Read waits for that read's bytes, as it
-// would have waited on orig.
+// orig. While peek has a read pending (checkFirstEvent gave up waiting, but
+// the read cannot be abandoned), a caller's Read waits for that read, peek's
+// last, as it would have waited on orig.
 type firstEventBody struct {
 	orig io.ReadCloser
 	max  int
 
-	decided chan struct{} // closed when peek has decided (or stopped)
+	// decided is closed when peek has decided (or stopped); made, under
+	// mu, only when checkFirstEvent has to wait for that.
+	decided chan struct{}
 
 	mu       sync.Mutex
-	cond     sync.Cond // signals new bytes, or peek's end
-	buf      []byte    // bytes peek read
-	off      int       // bytes of buf served
-	err      error     // the error that ended peek's reading (io.EOF included)
-	peeking  bool      // peek is still reading
-	stop     bool      // peek is to stop after its pending read
-	complete bool      // the first event is complete (then event holds it)
+	buf      []byte // bytes peek read
+	off      int    // bytes of buf served
+	err      error  // the error that ended peek's reading (io.EOF included)
+	peeking  bool   // peek is still reading
+	stop     bool   // peek is to stop after its pending read
+	complete bool   // the first event is complete (then event holds it)
 	event    firstEvent
 	parser   sseParser
 	direct   atomic.Bool // buf is served and peek has stopped: Read goes to orig
@@ -223,9 +243,9 @@ type firstEventBody struct {
 
 // firstEvent is the first event with data, other than a ping.
 type firstEvent struct {
-	name   string
-	data   []byte
-	copied bool // data is a copy of its own, not a piece of the buffer
+	isError bool // its type is "error" (the only type that matters)
+	data    []byte
+	copied  bool // data is a copy of its own, not a piece of the buffer
 }
 
 // firstEventSink adapts firstEvent's method set to sseSink (its data field
@@ -254,7 +274,7 @@ func (e *firstEvent) end(name []byte) bool {
 		e.data, e.copied = nil, false
 		return true
 	}
-	e.name = string(name)
+	e.isError = string(name) == "error"
 	return false
 }
 
@@ -289,8 +309,9 @@ func (p *firstEventBody) peek() {
 	p.mu.Lock()
 	defer func() {
 		p.peeking = false
-		close(p.decided)
-		p.cond.Broadcast()
+		if p.decided != nil {
+			close(p.decided)
+		}
 		p.mu.Unlock()
 	}()
 	for !p.stop {
@@ -308,7 +329,6 @@ func (p *firstEventBody) peek() {
 		p.mu.Lock()
 		start := len(p.buf)
 		p.buf = p.buf[:start+n]
-		p.cond.Broadcast()
 		if n > 0 {
 			p.parser.feed(p.buf[start:], firstEventSink{&p.event})
 			if p.parser.stopped {
@@ -331,14 +351,19 @@ func (p *firstEventBody) giveUp() {
 	p.mu.Unlock()
 }
 
-// Read serves the bytes peek read, then reads orig.
+// Read serves the bytes peek read, then reads orig. A Read while peek is
+// still reading (checkFirstEvent gave up on it) waits for peek's pending
+// read, its last, as it would have waited on orig.
 func (p *firstEventBody) Read(b []byte) (int, error) {
 	if p.direct.Load() {
 		return p.orig.Read(b)
 	}
 	p.mu.Lock()
-	for p.off == len(p.buf) && p.peeking {
-		p.cond.Wait()
+	if p.off == len(p.buf) && p.peeking {
+		decided := p.decided // made before the body was handed over
+		p.mu.Unlock()
+		<-decided
+		p.mu.Lock()
 	}
 	if p.off < len(p.buf) {
 		n := copy(b, p.buf[p.off:])

@@ -1,7 +1,5 @@
 package retryhttp
 
-import "bytes"
-
 // A JSON scanner for the few values the transport reads from bodies it
 // passes on: the "model" of a request (keys.go) and the "usage" of a
 // response (usage.go). It reads a document fed in chunks, as the bytes
@@ -107,7 +105,7 @@ func (s *jsonScanner) feed(p []byte) {
 				s.esc, s.keyEsc = false, true
 				continue
 			}
-			j := bytes.IndexAny(p[i:], `"\`)
+			j := indexEither(p[i:], '\\', '"')
 			if j < 0 {
 				s.addKey(p[i:])
 				return

@@ -121,7 +121,7 @@ func TestServerHeadersCorrectLocalTokenCount(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	u := rt.upstreams.get(upstreamKey{scheme: "https", host: "api.test"}, nil)
-	assert.LessOrEqual(t, u.limits.buckets[Tokens].TokensAt(clk.Now()), 0.0, "the server says none remain: the local bucket is emptied")
+	assert.LessOrEqual(t, u.limits.buckets[Tokens].tokensAt(clk.Now()), 0.0, "the server says none remain: the local bucket is emptied")
 }
 
 func TestRetriesAreAdmittedLikeFirstAttempts(t *testing.T) {

@@ -101,6 +101,28 @@ type QuotaBackend interface {
 	Hold(ctx context.Context, key string, until, now time.Time) error
 }
 
+// QuotaSettler is implemented by a [QuotaBackend] that can settle a booking
+// by the usage its response reported, as the local limits do (see
+// [WithRateLimit]): tokens booked but not used go back, tokens used beyond
+// the booking are charged. The transport checks for it with a type
+// assertion; the bookings of a backend without it keep their estimate.
+//
+// Settle is called in the background, bounded by the [WithQuotaTimeout]
+// timeout, once the usage is read (a stream may report its input and its
+// output separately: one call each). Its errors are dropped, and it is not
+// called while the backend is taken for down: a lost settlement only leaves
+// the estimate booked. Requests already waiting on a backend booking, in
+// any process, keep the start Take gave them; later bookings see the
+// settlement.
+type QuotaSettler interface {
+	// Settle changes what was booked on key by N units of each limit in
+	// deltas (Name, PerSecond and Burst as in Take): a negative N gives
+	// -N units back at once, never beyond a full bucket; a positive N
+	// charges them, as a booking that waits for nothing would. now is
+	// the caller's time, as in Take.
+	Settle(ctx context.Context, key string, deltas []QuotaTake, now time.Time) error
+}
+
 // QuotaTake is one limit's part of a booking: a bucket refilled at
 // PerSecond that holds at most Burst, from which the attempt takes N units.
 // Name is [QuotaRequests], [QuotaTokens], [QuotaInputTokens] or [QuotaOutputTokens];
@@ -319,6 +341,22 @@ func (c *call) holdShared(q *sharedQuota, until, now time.Time) {
 		return 0, q.backend.Hold(ctx, key, until, now)
 	})
 	q.settle(c, probe, err)
+}
+
+// quotaDeltas is what settling a booking on the backend by dIn input and
+// dOut output tokens changes: one QuotaTake per token limit, N negative
+// for tokens given back; nil when nothing changes.
+func (cfg *config) quotaDeltas(dIn, dOut int) []QuotaTake {
+	var deltas []QuotaTake
+	for _, d := range dimensions {
+		perMinute, n := cfg.limits.PerMinute(d), d.units(dIn, dOut)
+		if d == Requests || perMinute <= 0 || n == 0 {
+			continue
+		}
+		perSecond, burst := limitRate(perMinute, cfg.limitBurst, 1)
+		deltas = append(deltas, QuotaTake{Name: quotaNames[d], PerSecond: perSecond, Burst: float64(burst), N: float64(n)})
+	}
+	return deltas
 }
 
 // quotaTakes is what an attempt of in input and out output tokens books on

@@ -24,11 +24,12 @@ import (
 // keeps them. Two transports sharing one stand for two processes sharing a
 // Redis. It can be made to fail, or to hang until its caller gives up.
 type memQuota struct {
-	mu    sync.Mutex
-	tat   map[string]time.Time
-	holds map[string]time.Time
-	took  []takeCall
-	held  []holdCall
+	mu      sync.Mutex
+	tat     map[string]time.Time
+	holds   map[string]time.Time
+	took    []takeCall
+	held    []holdCall
+	settled []settleCall
 
 	fail     atomic.Bool  // answer with an error
 	failNext atomic.Int32 // answer the next calls with an error
@@ -43,6 +44,12 @@ type takeCall struct {
 	now           time.Time
 	start         time.Time
 	bookedNothing bool
+}
+
+type settleCall struct {
+	key    string
+	deltas []QuotaTake
+	now    time.Time
 }
 
 type holdCall struct {
@@ -105,6 +112,32 @@ func (m *memQuota) Hold(ctx context.Context, key string, until, now time.Time) e
 	m.held = append(m.held, holdCall{key, until, now})
 	return nil
 }
+
+// Settle moves the buckets' times back for units given back (never before
+// now: a full bucket), forth for units charged.
+func (m *memQuota) Settle(ctx context.Context, key string, deltas []QuotaTake, now time.Time) error {
+	if err := m.trouble(ctx); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range deltas {
+		interval := time.Duration(float64(time.Second) / d.PerSecond)
+		k := key + "/" + d.Name
+		m.tat[k] = later(later(m.tat[k], now).Add(time.Duration(d.N*float64(interval))), now)
+	}
+	m.settled = append(m.settled, settleCall{key, append([]QuotaTake(nil), deltas...), now})
+	return nil
+}
+
+func (m *memQuota) settles() []settleCall {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]settleCall(nil), m.settled...)
+}
+
+// takeOnly is a QuotaBackend that cannot settle.
+type takeOnly struct{ QuotaBackend }
 
 func (m *memQuota) takes() []takeCall {
 	m.mu.Lock()
@@ -414,4 +447,43 @@ func TestNoQuotaBackendKeepsTheFreePath(t *testing.T) {
 	rt = New(sequence(step{status: 200}), WithClock(autoClock()), WithQuotaBackend(backend, 1))
 	roundTrips(t, rt, 3)
 	assert.Equal(t, int32(3), backend.calls.Load(), "with a backend every attempt asks it, for the fleet's holds")
+}
+
+// A booking on a backend that can settle is settled by the usage the
+// response reports: process A books 1000 output tokens of a 1000 a minute
+// limit and uses 100; the 900 go back to the shared bucket, so process B's
+// 500 go at once instead of waiting 30s.
+func TestQuotaBackendSettlesUsage(t *testing.T) {
+	for _, settles := range []bool{true, false} {
+		t.Run(map[bool]string{true: "settler", false: "take only"}[settles], func(t *testing.T) {
+			clk := autoClock()
+			mem := newMemQuota()
+			var backend QuotaBackend = mem
+			if !settles {
+				backend = takeOnly{mem}
+			}
+			opts := []Option{WithClock(clk), WithRateLimit(Limits{OutputTokensPerMinute: 1000}), WithRateLimitBurst(time.Minute), WithQuotaBackend(backend, 0.5)}
+			a := New(jsonUsageBase(`{"usage":{"input_tokens":10,"output_tokens":100}}`), opts...)
+			b := New(jsonUsageBase(`{"usage":{"input_tokens":10,"output_tokens":500}}`), opts...)
+			sendWithTokens(t, a, 0, 1000, true)
+			if settles {
+				require.Eventually(t, func() bool { return len(mem.settles()) == 1 }, 5*time.Second, time.Millisecond, "settled in the background")
+				got := mem.settles()[0]
+				assert.Equal(t, "https://api.test", got.key)
+				assert.Equal(t, testStart, got.now)
+				require.Len(t, got.deltas, 1)
+				assert.Equal(t, QuotaOutputTokens, got.deltas[0].Name)
+				assert.InDelta(t, 1000.0/60, got.deltas[0].PerSecond, 1e-9)
+				assert.Equal(t, 1000.0, got.deltas[0].Burst)
+				assert.Equal(t, -900.0, got.deltas[0].N, "booked 1000, used 100")
+			}
+			sendWithTokens(t, b, 0, 500, true)
+			if settles {
+				assert.Empty(t, clk.Sleeps(), "B's 500 were given back by A")
+			} else {
+				require.Len(t, clk.Sleeps(), 1)
+				assert.InDelta(t, 30*time.Second, clk.Sleeps()[0], float64(time.Millisecond), "A's estimate stands: B waits for it")
+			}
+		})
+	}
 }

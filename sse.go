@@ -149,7 +149,7 @@ func (s *sseParser) feed(p []byte, sink sseSink) int {
 					continue
 				}
 			}
-			j := bytes.IndexAny(p[i:], "\r\n")
+			j := indexEither(p[i:], '\r', '\n')
 			if j < 0 {
 				j = len(p) - i
 			}
@@ -160,7 +160,7 @@ func (s *sseParser) feed(p []byte, sink sseSink) int {
 				i++
 			}
 		case sseIgnore:
-			j := bytes.IndexAny(p[i:], "\r\n")
+			j := indexEither(p[i:], '\r', '\n')
 			if j < 0 {
 				return len(p)
 			}
@@ -170,6 +170,29 @@ func (s *sseParser) feed(p []byte, sink sseSink) int {
 		}
 	}
 	return len(p)
+}
+
+// indexEither returns the index of the first a or b in p, or -1. It is
+// bytes.IndexAny for two bytes, but vectorised: two bytes.IndexByte scans
+// instead of testing every byte against a set (several times faster on a
+// message_start's data line). The scans go a window at a time, so a byte
+// that comes late or never costs no more than the distance to the other.
+func indexEither(p []byte, a, b byte) int {
+	const window = 256
+	for off := 0; off < len(p); off += window {
+		w := p[off:min(off+window, len(p))]
+		j := bytes.IndexByte(w, b)
+		if j < 0 {
+			j = len(w)
+		}
+		if k := bytes.IndexByte(w[:j], a); k >= 0 {
+			return off + k
+		}
+		if j < len(w) {
+			return off + j
+		}
+	}
+	return -1
 }
 
 // skipBOM skips a UTF-8 byte order mark that opens the stream. Bytes of a

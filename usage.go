@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,6 +16,9 @@ import (
 // from max_tokens or its aliases) when it is admitted, and the usage the
 // response reports settles the booking: tokens booked but not used go back
 // to the local buckets at once, tokens used beyond the booking are charged.
+// Tokens given back pay the debt the queued requests wait behind, so each
+// of them comes sooner by what the tokens are worth, and is woken to see it
+// (clientLimits.adjust; the queue is the buckets' debt, see bucket).
 //
 // The usage is read as the caller reads the body, from the bytes that pass,
 // with nothing buffered but the usage object itself:
@@ -78,11 +82,59 @@ func parseUsage(raw []byte, gemini, inputOnly bool) tokenUsage {
 }
 
 // settlement is an attempt's booking on the client-side token limits, to be
-// settled by the usage its response reports.
+// settled by the usage its response reports: on the local buckets, or on a
+// QuotaBackend that is a QuotaSettler.
 type settlement struct {
-	limits  *clientLimits
+	limits  *clientLimits     // a local booking
+	shared  *sharedSettlement // or a booking on the backend
 	clock   Clock
 	in, out int // the tokens booked now
+}
+
+// sharedSettlement is where a booking on the backend is settled.
+type sharedSettlement struct {
+	q       *sharedQuota
+	settler QuotaSettler
+	key     string
+	cfg     *config
+}
+
+// newSettlement is the settlement of an attempt admitted on u with a
+// booking of the client-side limits (local: on this process's buckets, else
+// on the backend, if any), or nil when there is nothing to settle: no token
+// limits, or a backend that cannot settle.
+func (c *call) newSettlement(u *upstream, local bool) *settlement {
+	if u.limits == nil || !u.limits.countsTokens() {
+		return nil
+	}
+	s := &settlement{clock: c.t.cfg.clock}
+	if local {
+		s.limits = u.limits
+	} else {
+		q := c.t.cfg.quota
+		if q == nil {
+			return nil
+		}
+		settler, ok := q.backend.(QuotaSettler)
+		if !ok {
+			return nil
+		}
+		s.shared = &sharedSettlement{q: q, settler: settler, key: c.key.String(), cfg: &c.t.cfg}
+	}
+	s.in, s.out = c.tokens() // estimated already, when the booking was made
+	return s
+}
+
+// send settles a booking on the backend by dIn and dOut tokens, in the
+// background.
+func (s *sharedSettlement) send(now time.Time, dIn, dOut int) {
+	deltas := s.cfg.quotaDeltas(dIn, dOut)
+	if len(deltas) == 0 || s.q.down.Load() {
+		return
+	}
+	go s.q.call(context.Background(), s.cfg.quotaTimeout, func(ctx context.Context) (time.Duration, error) {
+		return 0, s.settler.Settle(ctx, s.key, deltas, now)
+	})
 }
 
 // settle makes the booking what u reports.
@@ -94,7 +146,11 @@ func (s *settlement) settle(u tokenUsage) {
 	if u.hasOut {
 		dOut, s.out = u.out-s.out, u.out
 	}
-	if dIn != 0 || dOut != 0 {
+	switch {
+	case dIn == 0 && dOut == 0:
+	case s.shared != nil:
+		s.shared.send(s.clock.Now(), dIn, dOut)
+	default:
 		s.limits.adjust(s.clock.Now(), dIn, dOut)
 	}
 }
@@ -163,28 +219,32 @@ func (m *usageMeter) value(k1, k2 jsonKey, raw []byte) {
 
 // adjust changes the tokens booked on the buckets by dIn input and dOut
 // output tokens: a negative count gives tokens back at once, a positive one
-// is charged now, as debt the next requests wait behind.
-//
-// Giving back is a reservation of a negative count: rate.Limiter adds it
-// to the bucket, which it caps at its size the next time it is used.
-// (Reservation.CancelAt cannot do it: it gives back nothing once the
-// reservation's time to act has passed, and an attempt whose response
-// reports its usage was sent after that time.)
+// is charged now, as debt the next requests wait behind. Tokens given back
+// pay the debt the waiting requests are queued behind: each of them comes
+// sooner by what the tokens are worth, and they are woken to see it.
 func (cl *clientLimits) adjust(now time.Time, dIn, dOut int) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	refunded := false
 	for _, d := range dimensions {
-		lim := cl.buckets[d]
-		if lim == nil || d == Requests {
+		b := cl.buckets[d]
+		if b == nil || d == Requests {
 			continue
 		}
-		n := d.units(dIn, dOut)
+		n := float64(d.units(dIn, dOut))
+		if n > 0 {
+			b.take(now, n)
+			continue
+		}
 		if n < 0 {
-			lim.ReserveN(now, n)
-			continue
+			b.advance(now)
+			b.tokens = min(b.size, b.tokens-n)
+			b.refunded -= n
+			refunded = true
 		}
-		for n > 0 {
-			piece := min(n, lim.Burst())
-			lim.ReserveN(now, piece)
-			n -= piece
-		}
+	}
+	if refunded && cl.refunded != nil {
+		close(cl.refunded)
+		cl.refunded = nil
 	}
 }

@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/time/rate"
 
+	"github.com/retryhttp/retryhttp/internal/fakeclock"
 	"github.com/retryhttp/retryhttp/retrytest"
 )
 
@@ -103,20 +104,42 @@ func TestJSONScannerFindsTheModel(t *testing.T) {
 	}
 }
 
-// Pins what adjust relies on in golang.org/x/time/rate: a reservation of a
-// negative count gives the tokens back at once (capped at the burst), while
-// CancelAt gives nothing back once the reservation's time has come.
-func TestRateLimiterRefunds(t *testing.T) {
+// The buckets' arithmetic: a refund pays the debt at once (never past the
+// bucket's size) and brings the bookings waiting forward by what it is
+// worth; a cancel gives back nothing once the booking's time has come, and
+// never the tokens booked after it.
+func TestBucketRefundsAndCancels(t *testing.T) {
 	now := testStart
-	lim := rate.NewLimiter(10, 100)
-	r := lim.ReserveN(now, 100)
-	r.CancelAt(now.Add(time.Second))
-	assert.InDelta(t, 10, lim.TokensAt(now.Add(time.Second)), 1e-9, "CancelAt after the time to act gives nothing back")
+	cl := newClientLimits(Limits{OutputTokensPerMinute: 600}, 10*time.Second, 1) // 10 a second, 100 at most
+	b := cl.buckets[OutputTokens]
+	at, a := cl.reserve(now, 0, 100)
+	assert.Equal(t, now, at, "the bucket holds 100")
+	at, w := cl.reserve(now, 0, 50)
+	assert.Equal(t, now.Add(5*time.Second), at, "50 owed: 5s")
+	at, last := cl.reserve(now, 0, 20)
+	assert.Equal(t, now.Add(7*time.Second), at)
 
-	lim.ReserveN(now.Add(time.Second), -60)
-	assert.InDelta(t, 70, lim.TokensAt(now.Add(time.Second)), 1e-9, "a negative reservation gives back at once")
-	lim.ReserveN(now.Add(time.Second), -60)
-	assert.InDelta(t, 100, lim.TokensAt(now.Add(time.Second)), 1e-9, "no more than the burst")
+	cl.adjust(now.Add(time.Second), 0, -30) // a refund of 30: 3s sooner
+	assert.Equal(t, now.Add(2*time.Second), w.startAt())
+	assert.Equal(t, now.Add(4*time.Second), last.startAt())
+	assert.InDelta(t, -30, b.tokensAt(now.Add(time.Second)), 1e-9, "owed 70 - 10 refilled - 30 back")
+
+	w.cancel(now.Add(time.Second))
+	assert.InDelta(t, 0, b.tokensAt(now.Add(time.Second)), 1e-9, "20 were booked after it: 30 of its 50 come back")
+	last.cancel(now.Add(time.Second))
+	assert.InDelta(t, 20, b.tokensAt(now.Add(time.Second)), 1e-9, "the last booking comes back whole")
+	a.cancel(now.Add(time.Second))
+	assert.InDelta(t, 20, b.tokensAt(now.Add(time.Second)), 1e-9, "nothing back once its time has come")
+
+	cl.adjust(now.Add(time.Second), 0, -500)
+	assert.InDelta(t, 100, b.tokensAt(now.Add(time.Second)), 1e-9, "no more than the bucket's size")
+
+	// A request refused at once cancels a booking due that very moment
+	// on this limit (another limit was what it could not wait for).
+	at, due := cl.reserve(now.Add(time.Second), 0, 40)
+	require.Equal(t, now.Add(time.Second), at)
+	due.cancel(now.Add(time.Second))
+	assert.InDelta(t, 100, b.tokensAt(now.Add(time.Second)), 1e-9, "given back whole")
 }
 
 // jsonUsageBase answers 200 JSON bodies holding the given usage.
@@ -315,4 +338,76 @@ func FuzzUsageScanner(f *testing.F) {
 			}
 		}
 	})
+}
+
+// refundQueue runs request A (booking 1000 output tokens of a 1000 a
+// minute limit whose bucket holds the whole minute, so A goes at once)
+// and, queued behind it, request B booking 500: B's booking waits 30s. A's
+// response reports used output tokens; its body is read while B waits. It
+// returns the clock and a channel closed when B's response is back.
+func refundQueue(t *testing.T, used int) (*fakeclock.Clock, <-chan struct{}) {
+	t.Helper()
+	clk := fakeclock.New(testStart)
+	rt := New(jsonUsageBase(`{"usage":{"input_tokens":10,"output_tokens":`+strconv.Itoa(used)+`}}`), WithClock(clk),
+		WithRateLimit(Limits{OutputTokensPerMinute: 1000}), WithRateLimitBurst(time.Minute))
+	reqA := get(t, "https://api.test/v1/messages")
+	respA, err := rt.RoundTrip(reqA.WithContext(WithTokens(reqA.Context(), 0, 1000)))
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req := get(t, "https://api.test/v1/messages")
+		resp, err := rt.RoundTrip(req.WithContext(WithTokens(req.Context(), 0, 500)))
+		if assert.NoError(t, err) {
+			resp.Body.Close()
+		}
+	}()
+	require.True(t, clk.WaitForTimers(1, 5*time.Second), "B waits for its tokens")
+	require.Len(t, clk.Sleeps(), 1)
+	require.InDelta(t, 30*time.Second, clk.Sleeps()[0], float64(time.Millisecond), "B waits for the 500 tokens A's booking left it short of")
+	_, err = io.ReadAll(respA.Body)
+	require.NoError(t, err)
+	require.NoError(t, respA.Body.Close())
+	t.Cleanup(func() {
+		clk.Advance(time.Minute) // frees B if it is still waiting
+		<-done
+	})
+	return clk, done
+}
+
+// A refund frees the local budget at once, for the requests already queued
+// too: B, waiting for tokens A booked but did not use, leaves as soon as
+// A's usage is read, not at the time its booking gave it.
+func TestRefundReleasesQueuedRequests(t *testing.T) {
+	clk, done := refundQueue(t, 100) // 900 come back: B's 500 are there
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second): // real time: a margin, not a wait
+		t.Fatal("B still waits for its booked time after A's refund")
+	}
+	assert.Equal(t, testStart, clk.Now(), "B left without the clock moving")
+}
+
+// A refund that does not cover a queued request brings it forward by what
+// came back: B waits for the tokens still missing, no more, no less.
+func TestRefundBringsQueuedRequestsForward(t *testing.T) {
+	clk, done := refundQueue(t, 800) // 200 come back: 12s of the 30s
+	deadline := time.Now().Add(5 * time.Second)
+	for len(clk.Sleeps()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // real time: for B to wake and wait again
+	}
+	require.Len(t, clk.Sleeps(), 2, "B woke at the refund and waits again")
+	require.InDelta(t, 18*time.Second, clk.Sleeps()[1], float64(time.Millisecond), "B waits 30s less what the 200 tokens back are worth: 200/(1000/60) = 12s")
+	clk.Advance(18*time.Second - 10*time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("B left before its tokens were there")
+	case <-time.After(50 * time.Millisecond):
+	}
+	clk.Advance(20 * time.Millisecond)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("B did not leave when its tokens were there")
+	}
 }

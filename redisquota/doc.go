@@ -42,6 +42,13 @@
 // wait allowed) books nothing, so requests that give up do not push everyone
 // else's turn back.
 //
+// A Backend also implements retryhttp.QuotaSettler: when a response reports
+// the tokens it used, the booking is settled in Redis, by a second script
+// that moves the bucket's TAT back by n·interval for n units given back
+// (never before the server's now: a full bucket, whose key is deleted) or
+// forth for n units charged. Later bookings, from any process, see it;
+// requests already waiting keep the start they were given.
+//
 // # Time
 //
 // The script reads the Redis server's clock (TIME), never the callers':

@@ -29,7 +29,10 @@ type Backend struct {
 	prefix string
 }
 
-var _ retryhttp.QuotaBackend = (*Backend)(nil)
+var (
+	_ retryhttp.QuotaBackend = (*Backend)(nil)
+	_ retryhttp.QuotaSettler = (*Backend)(nil)
+)
 
 // Option configures a Backend.
 type Option func(*Backend)
@@ -62,7 +65,7 @@ func (b *Backend) Preload(ctx context.Context) error {
 	if b.client == nil {
 		return errNoRedis
 	}
-	for _, s := range []*redis.Script{takeScript, holdScript} {
+	for _, s := range []*redis.Script{takeScript, holdScript, settleScript} {
 		if err := s.Load(ctx, b.client).Err(); err != nil {
 			return err
 		}
@@ -125,6 +128,55 @@ if hold > tonumber(redis.call('GET', KEYS[1]) or 0) then
 end
 return 1
 `)
+
+// settleScript moves buckets' theoretical arrival times, on the server's
+// clock, in microseconds: back for units given back (never before now,
+// which is a full bucket: the key is then deleted), forth for units charged
+// (from now at the earliest, as a booking would).
+//
+// KEYS[1..] are the buckets; ARGV[i] the change of KEYS[i] (n·interval,
+// signed); ARGV[#KEYS+1] the TTL margin in milliseconds.
+var settleScript = redis.NewScript(`
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local margin = tonumber(ARGV[#KEYS + 1])
+for i = 1, #KEYS do
+	local tat = tonumber(redis.call('GET', KEYS[i]) or 0)
+	if tat < now then tat = now end
+	tat = tat + tonumber(ARGV[i])
+	if tat > now then
+		local ttl = math.ceil((tat - now) / 1000) + margin
+		redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX', ttl)
+	else
+		redis.call('DEL', KEYS[i])
+	end
+end
+return 1
+`)
+
+// Settle implements retryhttp.QuotaSettler: it gives back (negative N) or
+// charges (positive N) units of key's buckets, by the Redis server's clock,
+// in one round trip. now is not used, as in Take.
+func (b *Backend) Settle(ctx context.Context, key string, deltas []retryhttp.QuotaTake, now time.Time) error {
+	if b.client == nil {
+		return errNoRedis
+	}
+	keys := make([]string, 0, len(deltas))
+	args := make([]any, 0, len(deltas)+1)
+	for _, d := range deltas {
+		if !(d.PerSecond > 0) || d.N == 0 || math.IsNaN(d.N) || math.IsInf(d.PerSecond, 1) {
+			continue // no limit to settle on
+		}
+		keys = append(keys, b.key(key, d.Name))
+		args = append(args, d.N*1e6/d.PerSecond) // µs
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	args = append(args, ttlMargin.Milliseconds())
+	return settleScript.Run(ctx, b.client, keys, args...).Err()
+}
 
 // Take implements retryhttp.QuotaBackend: it books takes on key's buckets
 // and returns how long the attempt must wait, by the Redis server's clock.

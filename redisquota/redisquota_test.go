@@ -2,6 +2,9 @@ package redisquota
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +182,94 @@ func TestNoClientIsAnError(t *testing.T) {
 	_, err := be.Take(context.Background(), upstream, rpm600, now, anyWait)
 	assert.ErrorIs(t, err, errNoRedis)
 	assert.ErrorIs(t, be.Hold(context.Background(), upstream, now.Add(time.Second), now), errNoRedis)
+}
+
+// Settling moves the shared bucket as the usage says: units given back go
+// to the next bookings at once (never beyond a full bucket), units charged
+// make them wait.
+func TestSettleGivesBackAndCharges(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	rdb := srv.client(t)
+	a, b := New(rdb), New(srv.client(t))
+	otpm := func(n float64) []retryhttp.QuotaTake { // 1000 a minute, the minute's worth at once
+		return []retryhttp.QuotaTake{{Name: retryhttp.QuotaOutputTokens, PerSecond: 1000.0 / 60, Burst: 1000, N: n}}
+	}
+	probe := func() time.Duration { // the wait 500 would have, booking nothing
+		t.Helper()
+		r, err := b.take(ctx, upstream, otpm(500), 0)
+		require.NoError(t, err)
+		require.False(t, r.booked)
+		return r.wait
+	}
+	r, err := a.take(ctx, upstream, otpm(1000), anyWait)
+	require.NoError(t, err)
+	require.True(t, r.booked)
+	assert.Less(t, r.wait, 50*time.Millisecond, "the whole bucket at once")
+	assert.InDelta(t, 30*time.Second, probe(), float64(100*time.Millisecond), "500 more wait half a minute")
+
+	require.NoError(t, a.Settle(ctx, upstream, otpm(-900), time.Now()), "booked 1000, used 100")
+	r, err = b.take(ctx, upstream, otpm(500), 0)
+	require.NoError(t, err)
+	assert.True(t, r.booked, "the other client's 500 go at once")
+	assert.Less(t, r.wait, 50*time.Millisecond)
+
+	require.NoError(t, a.Settle(ctx, upstream, otpm(900), time.Now()), "an overrun is charged")
+	assert.InDelta(t, time.Minute, probe(), float64(100*time.Millisecond), "1000 - 900 + 500 + 900 booked, and 500 more: 1000 beyond the bucket, a minute")
+
+	require.NoError(t, a.Settle(ctx, upstream, otpm(-1e6), time.Now()), "more than was booked")
+	n, err := rdb.Exists(ctx, "retryhttp:quota:{"+upstream+"}:"+retryhttp.QuotaOutputTokens).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a full bucket is no key")
+	_, err = b.take(ctx, upstream, otpm(1000), anyWait)
+	require.NoError(t, err)
+	assert.InDelta(t, 30*time.Second, probe(), float64(100*time.Millisecond), "never beyond a full bucket: after 1000 at once, 500 more wait half a minute")
+
+	require.NoError(t, a.Settle(ctx, upstream, nil, time.Now()), "nothing to settle")
+	assert.ErrorIs(t, New(nil).Settle(ctx, upstream, otpm(-1), time.Now()), errNoRedis)
+}
+
+// usageBody answers 200 JSON bodies that report output tokens used.
+type usageBody string
+
+func (u usageBody) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(`{"usage":{"input_tokens":5,"output_tokens":` + string(u) + `}}`)), Request: req}, nil
+}
+
+// Through the transport: process A books 1000 output tokens of the fleet's
+// 1000 a minute and uses 100; its settlement gives 900 back in Redis, and
+// process B's 500 go at once. Without it B would have to wait 30s, beyond
+// its one second of queue wait, and fail at once with ErrRateLimited.
+func TestTransportsSettleUsageInRedis(t *testing.T) {
+	srv := startRedis(t)
+	fleet := func(used string, be *Backend) *retryhttp.RetryTransport {
+		return retryhttp.New(usageBody(used), retryhttp.WithQuotaBackend(be, 0.5), retryhttp.WithQuotaTimeout(time.Second),
+			retryhttp.WithRateLimit(retryhttp.Limits{OutputTokensPerMinute: 1000}), retryhttp.WithRateLimitBurst(time.Minute),
+			retryhttp.WithMaxQueueWait(time.Second))
+	}
+	send := func(rt http.RoundTripper, out int) error {
+		req, err := http.NewRequest(http.MethodGet, upstream+"/v1/messages", nil)
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(req.WithContext(retryhttp.WithTokens(req.Context(), 0, out)))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	be := New(srv.client(t))
+	require.NoError(t, send(fleet("100", be), 1000))
+	probe := []retryhttp.QuotaTake{{Name: retryhttp.QuotaOutputTokens, PerSecond: 1000.0 / 60, Burst: 1000, N: 500}}
+	// The settlement goes in the background: wait until 500 could go at
+	// once (a probe that did book gives its 500 back at once).
+	require.Eventually(t, func() bool {
+		r, err := be.take(context.Background(), upstream, probe, 0)
+		if r.booked {
+			require.NoError(t, be.Settle(context.Background(), upstream, []retryhttp.QuotaTake{{Name: probe[0].Name, PerSecond: probe[0].PerSecond, Burst: 1000, N: -500}}, time.Now()))
+		}
+		return err == nil && r.booked
+	}, 5*time.Second, 5*time.Millisecond, "A's 900 unused tokens are back in Redis")
+	assert.NoError(t, send(fleet("500", New(srv.client(t))), 500), "B's 500 go at once")
 }
