@@ -243,10 +243,15 @@ func (r reservation) startAt() time.Time {
 		if p.n == 0 {
 			continue
 		}
-		b := r.cl.buckets[d]
-		start = later(start, p.at.Add(-b.duration(b.refunded-p.refunded)))
+		start = later(start, p.startOn(r.cl.buckets[d]))
 	}
 	return start
+}
+
+// startOn is when the part may start on its bucket b: when it was booked,
+// brought forward by what settlements gave back to b since.
+func (p bookingPart) startOn(b *bucket) time.Time {
+	return p.at.Add(-b.duration(b.refunded - p.refunded))
 }
 
 // refunds returns a channel closed when a settlement gives tokens back to
@@ -284,7 +289,7 @@ func (r reservation) cancel(now time.Time) {
 			continue
 		}
 		b := r.cl.buckets[d]
-		if p.at.Add(-b.duration(b.refunded - p.refunded)).Before(now) {
+		if p.startOn(b).Before(now) {
 			continue // its time has come: the tokens are spent
 		}
 		back := p.n - max(b.booked-p.booked, 0)

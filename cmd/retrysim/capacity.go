@@ -11,6 +11,8 @@ import (
 
 	"github.com/retryhttp/retryhttp"
 	"github.com/retryhttp/retryhttp/retrytest"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // The capacity scenario (issue 12): a provider that serves a fixed number
@@ -81,18 +83,18 @@ func capacityScenario(cfg config, policies []policy) scenario {
 	}
 	retryAfter := "no Retry-After"
 	if cfg.refusalRetryAfter > 0 {
-		retryAfter = "Retry-After " + fmtDur(cfg.refusalRetryAfter)
+		retryAfter = "Retry-After " + simkit.Round3(cfg.refusalRetryAfter)
 	}
 	halving := ""
 	if c.halveAt > 0 {
-		halving = fmt.Sprintf(", halving to %d slots at %s", c.lowSlots(), fmtDur(c.halveAt))
+		halving = fmt.Sprintf(", halving to %d slots at %s", c.lowSlots(), simkit.Round3(c.halveAt))
 	}
 	return scenario{
 		key:   "capacity",
 		title: "Fixed capacity",
 		about: fmt.Sprintf("Anthropic-style API serving %d requests at once, each for %s (%s requests/s at most%s), and answering %s "+
 			"at once, with %s and no rate-limit headers, to any beyond; %d goroutines send %d requests each, "+
-			"back to back", c.slots, fmtDur(c.service), perSecond(float64(c.slots)/c.service.Seconds()),
+			"back to back", c.slots, simkit.Round3(c.service), perSecond(float64(c.slots)/c.service.Seconds()),
 			halving, refusal, retryAfter, c.callers, c.each),
 		provider: func() retrytest.Config {
 			return retrytest.Config{
@@ -167,13 +169,13 @@ func printCapacity(w io.Writer, groups [][]*runResult) {
 		}
 		c := g[0].scenario.capacity
 		n := c.callers * c.each
-		fmt.Fprintf(w, "\nCapacity: %d slots x %s = %s requests/s at most", c.slots, fmtDur(c.service),
+		fmt.Fprintf(w, "\nCapacity: %d slots x %s = %s requests/s at most", c.slots, simkit.Round3(c.service),
 			perSecond(float64(c.slots)/c.service.Seconds()))
 		if c.halveAt > 0 {
-			fmt.Fprintf(w, ", %d slots from %s", c.lowSlots(), fmtDur(c.halveAt))
+			fmt.Fprintf(w, ", %d slots from %s", c.lowSlots(), simkit.Round3(c.halveAt))
 		}
 		fmt.Fprintf(w, "; %d requests from %d goroutines take at least %s (%s requests/s).\n",
-			n, c.callers, fmtDur(c.ideal()), perSecond(float64(n)/c.ideal().Seconds()))
+			n, c.callers, simkit.Round3(c.ideal()), perSecond(float64(n)/c.ideal().Seconds()))
 
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		pw := len(capacityHeader[0])
@@ -186,7 +188,7 @@ func printCapacity(w io.Writer, groups [][]*runResult) {
 			cr := summarizeCapacity(r)
 			cells := []string{
 				strconv.FormatFloat(cr.goodput, 'f', 0, 64), strconv.FormatFloat(cr.ofLimit, 'f', 2, 64),
-				strconv.Itoa(cr.failed), strconv.Itoa(cr.refused), cr.refusedShare(), fmtDur(cr.p50), fmtDur(cr.p99),
+				strconv.Itoa(cr.failed), strconv.Itoa(cr.refused), cr.refusedShare(), simkit.Round3(cr.p50), simkit.Round3(cr.p99),
 			}
 			fmt.Fprintf(tw, "%s\t%s\t\n", left(cr.policy), strings.Join(cells, "\t"))
 		}
@@ -211,7 +213,7 @@ func perSecond(x float64) string {
 func capacityStats(r *runResult) string {
 	s, cr := summarize(r), summarizeCapacity(r)
 	return fmt.Sprintf("%d/%d ok, %.2f of capacity, %s refused, p99 %s",
-		s.succeeded, s.requests, cr.ofLimit, cr.refusedShare(), fmtDur(cr.p99))
+		s.succeeded, s.requests, cr.ofLimit, cr.refusedShare(), simkit.Round3(cr.p99))
 }
 
 // refusalStatuses are the statuses -refusal accepts.

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retryhttp/retryhttp/retrytest"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // The least time the capacity allows: the physical limit the summary
@@ -156,7 +158,7 @@ func TestCapacityScenarioTinyRun(t *testing.T) {
 		assert.Positive(t, cr.ofLimit, label)
 		assert.LessOrEqual(t, cr.ofLimit, 1.0, label)
 		assert.Equal(t, []string{strconv.FormatFloat(cr.goodput, 'f', 0, 64), strconv.FormatFloat(cr.ofLimit, 'f', 2, 64),
-			strconv.Itoa(s.failed), strconv.Itoa(cr.refused), cr.refusedShare(), fmtDur(s.p50), fmtDur(s.p99)},
+			strconv.Itoa(s.failed), strconv.Itoa(cr.refused), cr.refusedShare(), simkit.Round3(s.p50), simkit.Round3(s.p99)},
 			rows[label], label)
 		if i > 0 {
 			prev := g[i-1]

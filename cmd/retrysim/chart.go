@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // The chart: one row of panels per scenario, one panel per policy. Each
@@ -286,7 +288,7 @@ func drawRow(b *bytes.Buffer, g []*runResult, y0 int) {
 			attr(sc.key), attr(r.policy.name), rs.yTop, rs.wTop)
 		text(b, x0, top-20, "start", "ptitle", r.policy.name)
 		stats := fmt.Sprintf("%d/%d ok, %d attempts, %d×429, %d×5xx, last done at %s",
-			s.succeeded, s.requests, s.attempts, s.byKind[kindThrottled], s.byKind[kind5xx], fmtDur(s.wall))
+			s.succeeded, s.requests, s.attempts, s.byKind[kindThrottled], s.byKind[kind5xx], simkit.Round3(s.wall))
 		if sc.capacity != nil {
 			stats = capacityStats(r)
 		}

@@ -61,6 +61,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 func main() {
@@ -148,7 +150,7 @@ func run(ctx context.Context, cfg config, w io.Writer, prog progress) ([][]*runR
 		"429, 5xx, no answer: attempts that ended so. wait/req: mean time a request spent waiting in the\n"+
 		"client. wall: until the last request ended. p50, p99: request latency, failed requests included.\n")
 	printCapacity(w, groups)
-	fmt.Fprintf(w, "\nretrysim: ran %d scenario(s) in %s.\n", len(groups), fmtDur(elapsed))
+	fmt.Fprintf(w, "\nretrysim: ran %d scenario(s) in %s.\n", len(groups), simkit.Round3(elapsed))
 
 	if err := ctx.Err(); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

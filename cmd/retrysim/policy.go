@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // sender sends one logical request, built afresh by newReq for each
@@ -41,9 +43,9 @@ func policyFor(cfg config, key string) policy {
 		}
 	case "fixed":
 		return policy{
-			name: "fixed " + fmtDur(cfg.base),
+			name: "fixed " + simkit.Round3(cfg.base),
 			about: fmt.Sprintf("a hand-written loop over a plain http.Client: up to %d retries, %s apart; "+
-				"it ignores Retry-After", cfg.maxRetries, fmtDur(cfg.base)),
+				"it ignores Retry-After", cfg.maxRetries, simkit.Round3(cfg.base)),
 			client: func(base http.RoundTripper) sender {
 				return loop(base, cfg.maxRetries, func(int) time.Duration { return cfg.base })
 			},
@@ -53,7 +55,7 @@ func policyFor(cfg config, key string) policy {
 			name: "exponential",
 			about: fmt.Sprintf("a hand-written loop over a plain http.Client: up to %d retries after %s, "+
 				"growing %gx up to %s, no jitter; it ignores Retry-After",
-				cfg.maxRetries, fmtDur(cfg.base), cfg.multiplier, fmtDur(cfg.max)),
+				cfg.maxRetries, simkit.Round3(cfg.base), cfg.multiplier, simkit.Round3(cfg.max)),
 			client: func(base http.RoundTripper) sender {
 				return loop(base, cfg.maxRetries, func(k int) time.Duration {
 					return exponential(cfg.base, cfg.max, cfg.multiplier, k)
@@ -66,8 +68,8 @@ func policyFor(cfg config, key string) policy {
 			about: fmt.Sprintf("retryhttp.New(nil) with its defaults: %d retries, %s doubling to %s plus up to %s "+
 				"of jitter; honours Retry-After and retry-after-ms, paces by rate-limit headers, "+
 				"circuit breaker and retry budget on",
-				retryhttp.DefaultMaxRetries, fmtDur(retryhttp.DefaultBackoffBase),
-				fmtDur(retryhttp.DefaultBackoffMax), fmtDur(retryhttp.DefaultJitter)),
+				retryhttp.DefaultMaxRetries, simkit.Round3(retryhttp.DefaultBackoffBase),
+				simkit.Round3(retryhttp.DefaultBackoffMax), simkit.Round3(retryhttp.DefaultJitter)),
 			client: func(base http.RoundTripper) sender {
 				return through(retryhttp.New(base, cfg.defaultsExtra...))
 			},
@@ -118,17 +120,17 @@ func (cfg config) customOptions() ([]retryhttp.Option, string) {
 			text = append(text, fmt.Sprintf("WithMaxRetries(%d)", cfg.maxRetries))
 		case "base", "max":
 			if !backoffDone {
-				text = append(text, fmt.Sprintf("WithBackoff(%s, %s)", fmtDur(cfg.base), fmtDur(cfg.max)))
+				text = append(text, fmt.Sprintf("WithBackoff(%s, %s)", simkit.Round3(cfg.base), simkit.Round3(cfg.max)))
 				backoffDone = true
 			}
 		case "multiplier":
 			text = append(text, fmt.Sprintf("WithBackoffMultiplier(%g)", cfg.multiplier))
 		case "jitter":
-			text = append(text, fmt.Sprintf("WithJitter(%s)", fmtDur(cfg.jitter)))
+			text = append(text, fmt.Sprintf("WithJitter(%s)", simkit.Round3(cfg.jitter)))
 		case "strategy":
 			text = append(text, "WithJitterStrategy("+strategyName[cfg.strategy]+")")
 		case "attempt-timeout":
-			text = append(text, fmt.Sprintf("WithAttemptTimeout(%s)", fmtDur(cfg.attemptTimeout)))
+			text = append(text, fmt.Sprintf("WithAttemptTimeout(%s)", simkit.Round3(cfg.attemptTimeout)))
 		case "breaker":
 			if !cfg.breaker {
 				text = append(text, "WithCircuitBreaker(CircuitBreaker{Disabled: true})")
@@ -161,14 +163,14 @@ func contentionPolicies(cfg config) []policy {
 		return policy{
 			name: name,
 			about: fmt.Sprintf("retryhttp, %d retries, backoff %s doubling to %s, breaker and budget off; %s",
-				retries, fmtDur(base), fmtDur(maxWait), about),
+				retries, simkit.Round3(base), simkit.Round3(maxWait), about),
 			client: func(b http.RoundTripper) sender { return through(retryhttp.New(b, all...)) },
 			paces:  true,
 		}
 	}
 	ps := []policy{
 		strategy("no jitter", "WithJitter(0): every client waits exactly the same", retryhttp.WithJitter(0)),
-		strategy("additive", "the default strategy: the wait plus up to "+fmtDur(base)+" (WithJitter)",
+		strategy("additive", "the default strategy: the wait plus up to "+simkit.Round3(base)+" (WithJitter)",
 			retryhttp.WithJitter(base)),
 		strategy("full", "WithJitterStrategy(FullJitter): a uniform draw from [0, wait)",
 			retryhttp.WithJitterStrategy(retryhttp.FullJitter)),
@@ -222,7 +224,7 @@ func loop(base http.RoundTripper, retries int, wait func(k int) time.Duration) s
 				io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 				resp.Body.Close()
 			}
-			if !sleep(ctx, wait(k+1)) {
+			if !simkit.Sleep(ctx, wait(k+1)) {
 				return nil, ctx.Err()
 			}
 		}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // progress is told what the run is doing, from many goroutines at once.
@@ -36,7 +38,7 @@ func newProgress(stderr io.Writer, total int) progress {
 func finishedLine(r *runResult) string {
 	s := summarize(r)
 	line := fmt.Sprintf("%s / %s: %d requests, %d ok, %d failed, %d attempts, %s",
-		s.scenario, s.policy, s.requests, s.succeeded, s.failed, s.attempts, fmtDur(s.wall))
+		s.scenario, s.policy, s.requests, s.succeeded, s.failed, s.attempts, simkit.Round3(s.wall))
 	if r.scenario.capacity != nil {
 		line += fmt.Sprintf(", %.2f of capacity", summarizeCapacity(r).ofLimit)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 
 	"github.com/retryhttp/retryhttp/retrytest"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // runResult is one policy's run of one scenario.
@@ -107,7 +109,7 @@ func runOne(ctx context.Context, cfg config, sc *scenario, p policy, prog progre
 		for i := range sc.requests {
 			// Each arrival is placed on the schedule from the start, so
 			// timer lateness does not add up over the run.
-			if !sleep(ctx, time.Until(r.start.Add(time.Duration(i)*every))) {
+			if !simkit.Sleep(ctx, time.Until(r.start.Add(time.Duration(i)*every))) {
 				break
 			}
 			wg.Add(1)
@@ -189,23 +191,6 @@ func sendOne(runCtx context.Context, timeout time.Duration, s sender, url string
 			tr.reason = "stopped: interrupted"
 		}
 		tr.mu.Unlock()
-	}
-}
-
-// sleep waits d, or until ctx is done; it reports whether the whole wait
-// passed. A fresh timer each time: with the go 1.22 semantics this module
-// builds under, a reused timer's stale tick could end a later wait early.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

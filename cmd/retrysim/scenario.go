@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp/retrytest"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // requestIDHeader carries a request's number in its run on every attempt,
@@ -93,7 +95,7 @@ func buildScenario(cfg config, key string) scenario {
 		rl := retrytest.RateLimit{Rate: cfg.limit, Burst: cfg.limitBurst}
 		if cfg.window > 0 {
 			rl.Burst, rl.Window = windowQuota(cfg.limit, cfg.window), cfg.window
-			limit = fmt.Sprintf("%d requests per fixed window of %s", rl.Burst, fmtDur(cfg.window))
+			limit = fmt.Sprintf("%d requests per fixed window of %s", rl.Burst, simkit.Round3(cfg.window))
 		}
 		headers := "its rate-limit headers"
 		if cfg.family == retrytest.Plain {
@@ -130,7 +132,7 @@ func buildScenario(cfg config, key string) scenario {
 			key:   key,
 			title: "Outage",
 			about: fmt.Sprintf("Anthropic-style API answering 529 overloaded_error (no Retry-After) for its first %s, "+
-				"then 200; %d requests arriving at %g/s", fmtDur(cfg.outage), cfg.requests, cfg.rate),
+				"then 200; %d requests arriving at %g/s", simkit.Round3(cfg.outage), cfg.requests, cfg.rate),
 			provider: func() retrytest.Config {
 				return retrytest.Config{
 					Family:          retrytest.Anthropic,
@@ -158,7 +160,7 @@ func buildScenario(cfg config, key string) scenario {
 			title: "Flaky network",
 			about: fmt.Sprintf("each attempt: %s connection reset, %s 503 from a proxy, %s headers %s late, "+
 				"%s of 200s with the body cut short; %d requests arriving at %g/s",
-				pct(cfg.resets), pct(cfg.unavailable), pct(slow), fmtDur(cfg.slowDelay), pct(cfg.truncations),
+				pct(cfg.resets), pct(cfg.unavailable), pct(slow), simkit.Round3(cfg.slowDelay), pct(cfg.truncations),
 				cfg.requests, cfg.rate),
 			provider: func() retrytest.Config {
 				return retrytest.Config{
@@ -185,7 +187,7 @@ func buildScenario(cfg config, key string) scenario {
 		about: fmt.Sprintf("%d clients, each with its own transport, make one write each at the same moment; "+
 			"the provider serves %d writes at once, each taking %s, and answers 503 to any beyond; "+
 			"attempts are the total calls, wall the time until the last client finished",
-			cfg.clients, cfg.capacity, fmtDur(cfg.hold)),
+			cfg.clients, cfg.capacity, simkit.Round3(cfg.hold)),
 		provider: func() retrytest.Config {
 			return retrytest.Config{
 				Capacity:        retrytest.Capacity{Max: cfg.capacity, Hold: cfg.hold},
@@ -223,9 +225,9 @@ func serverClock(cfg config) string {
 	}
 	switch {
 	case cfg.clockOffset > 0:
-		parts = append(parts, "its clock "+fmtDur(cfg.clockOffset)+" ahead of the client's")
+		parts = append(parts, "its clock "+simkit.Round3(cfg.clockOffset)+" ahead of the client's")
 	case cfg.clockOffset < 0:
-		parts = append(parts, "its clock "+fmtDur(-cfg.clockOffset)+" behind the client's")
+		parts = append(parts, "its clock "+simkit.Round3(-cfg.clockOffset)+" behind the client's")
 	}
 	if len(parts) == 0 {
 		return ""

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // row is one line of the summary table: a run reduced to numbers.
@@ -97,8 +99,8 @@ func printTable(w io.Writer, rows []row) {
 		cells := []string{
 			strconv.Itoa(r.requests), strconv.Itoa(r.succeeded), strconv.Itoa(r.failed),
 			strconv.Itoa(r.attempts), strconv.Itoa(r.byKind[kindThrottled]), strconv.Itoa(r.byKind[kind5xx]),
-			strconv.Itoa(r.byKind[kindNoAnswer]), fmtDur(r.waitPerRequest), fmtDur(r.wall),
-			fmtDur(r.p50), fmtDur(r.p99),
+			strconv.Itoa(r.byKind[kindNoAnswer]), simkit.Round3(r.waitPerRequest), simkit.Round3(r.wall),
+			simkit.Round3(r.p50), simkit.Round3(r.p99),
 		}
 		fmt.Fprintf(tw, "%s  %s\t%s\t\n", left(name, sw), left(r.policy, pw), strings.Join(cells, "\t"))
 	}
@@ -131,21 +133,4 @@ func printFailures(w io.Writer, rows []row) {
 		}
 		fmt.Fprintf(w, "  %s / %s: %s\n", r.scenario, r.policy, strings.Join(parts, ", "))
 	}
-}
-
-// fmtDur rounds d to about three significant digits: 2.31s, 153ms, 0s.
-func fmtDur(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0s"
-	case d < time.Millisecond:
-		return d.Round(time.Microsecond).String()
-	case d < 10*time.Millisecond:
-		return d.Round(10 * time.Microsecond).String()
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(10 * time.Millisecond).String()
-	}
-	return d.Round(100 * time.Millisecond).String()
 }

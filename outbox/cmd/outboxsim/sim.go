@@ -20,6 +20,8 @@ import (
 	"github.com/retryhttp/retryhttp"
 	"github.com/retryhttp/retryhttp/outbox"
 	"github.com/retryhttp/retryhttp/retrytest"
+
+	"github.com/retryhttp/retryhttp/internal/simkit"
 )
 
 // simConfig is one run of the scenario.
@@ -175,7 +177,7 @@ func simulate(ctx context.Context, cfg simConfig, w io.Writer) (*report, error) 
 	every := time.Duration(float64(time.Second) / cfg.Rate)
 	url := srv.URL + "/v1/messages"
 	for i := range cfg.Requests {
-		if !sleep(ctx, time.Until(start.Add(time.Duration(i)*every))) {
+		if !simkit.Sleep(ctx, time.Until(start.Add(time.Duration(i)*every))) {
 			break
 		}
 		wg.Add(1)
@@ -198,7 +200,7 @@ func simulate(ctx context.Context, cfg simConfig, w io.Writer) (*report, error) 
 	}
 	wg.Wait()
 	fmt.Fprintf(w, "outbox: the callers are done after %s: %d delivered at once, %d saved, %d failed unsaved; "+
-		"replaying the saved ones...\n", fmtDur(time.Since(start)), rep.AtOnce, rep.Deferred, rep.Unsaved)
+		"replaying the saved ones...\n", simkit.Round3(time.Since(start)), rep.AtOnce, rep.Deferred, rep.Unsaved)
 
 	for {
 		mu.Lock()
@@ -306,13 +308,13 @@ func reason(err error) string {
 func about(cfg simConfig) string {
 	steps := make([]string, len(cfg.Backoff))
 	for i, d := range cfg.Backoff {
-		steps[i] = fmtDur(d)
+		steps[i] = simkit.Round3(d)
 	}
 	return fmt.Sprintf("%-11s Outage outlasting the callers' deadlines, with an outbox: Anthropic-style API "+
 		"answering 529 for its first %s, then 200; %d requests arriving at %g/s, each with a %s deadline, "+
 		"sent with outbox.Do through retryhttp's defaults; what Do saves (a bbolt file) is replayed by "+
 		"Run's %d workers on a schedule of %s.",
-		"outbox", fmtDur(cfg.Outage), cfg.Requests, cfg.Rate, fmtDur(cfg.Deadline), cfg.Workers, strings.Join(steps, ", "))
+		"outbox", simkit.Round3(cfg.Outage), cfg.Requests, cfg.Rate, simkit.Round3(cfg.Deadline), cfg.Workers, strings.Join(steps, ", "))
 }
 
 // printReport writes the summary table and its legend.
@@ -321,7 +323,7 @@ func printReport(w io.Writer, rep *report) {
 	fmt.Fprintln(tw, "scenario  \trequests\tok at once\tsaved\tfailed unsaved\tdelivered later\tdead\tpending\tlost\tduplicates\tattempts\tdrain\twall\t")
 	fmt.Fprintf(tw, "outbox    \t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n",
 		rep.Offered, rep.AtOnce, rep.Deferred, rep.Unsaved, rep.Replayed, rep.Dead, rep.Pending, rep.Lost,
-		rep.Duplicates, rep.Attempts, fmtDur(rep.Drain), fmtDur(rep.Wall))
+		rep.Duplicates, rep.Attempts, simkit.Round3(rep.Drain), simkit.Round3(rep.Wall))
 	tw.Flush()
 	if len(rep.Unsent) > 0 {
 		reasons := make([]string, 0, len(rep.Unsent))
@@ -346,38 +348,4 @@ func printReport(w io.Writer, rep *report) {
 		return
 	}
 	fmt.Fprintf(w, "outbox: %d of %d requests LOST.\n", rep.Lost, rep.Offered)
-}
-
-// sleep waits d, or until ctx is done; it reports whether the whole wait
-// passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// fmtDur rounds d to about three significant digits: 2.31s, 153ms, 0s
-// (as retrysim prints durations).
-func fmtDur(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0s"
-	case d < time.Millisecond:
-		return d.Round(time.Microsecond).String()
-	case d < 10*time.Millisecond:
-		return d.Round(10 * time.Microsecond).String()
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(10 * time.Millisecond).String()
-	}
-	return d.Round(100 * time.Millisecond).String()
 }
