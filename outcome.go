@@ -42,6 +42,9 @@ type outcome struct {
 	// limits is the response's rate-limit state, read against the
 	// upstream's clock; the zero value when it states none.
 	limits RateLimits
+	// stated is limits.Known(), kept so the quiet path (no rate-limit
+	// headers) does not test every dimension of a zero value again.
+	stated bool
 	// retryAfter is the wait the response names (Retry-After,
 	// retry-after-ms), as stated; 0 if none.
 	retryAfter time.Duration
@@ -61,7 +64,7 @@ type outcome struct {
 // waitKind names the wait before the retry that follows the outcome: the
 // server's (Retry-After, a rate limit's reset) when it asked for one, else
 // the backoff's.
-func (o outcome) waitKind() WaitKind {
+func (o *outcome) waitKind() WaitKind {
 	if o.serverWait > 0 {
 		return WaitServer
 	}
@@ -118,18 +121,22 @@ func (h health) String() string {
 	return "no verdict"
 }
 
-// judge makes the attempt's outcome: one classification, one reading of the
-// headers.
-func (c *call) judge(a admission, resp *http.Response, err error) outcome {
+// judge makes the attempt's outcome in *o: one classification, one reading
+// of the headers. Whatever o held before (an earlier attempt's outcome) is
+// replaced.
+func (c *call) judge(o *outcome, a *admission, resp *http.Response, err error) {
 	if err != nil {
-		return c.judgeError(outcome{err: err})
+		*o = outcome{err: err}
+		c.judgeError(o)
+		return
 	}
 	if c.policy.firstEventTimeout > 0 && isEventStream(resp) {
 		if f := c.checkFirstEvent(resp); f != nil {
-			return c.judgeStream(a, f)
+			c.judgeStream(o, a, f)
+			return
 		}
 	}
-	return c.judgeResponse(a, resp)
+	c.judgeResponse(o, a, resp)
 }
 
 // judgeStream judges a stream whose first event was a transient error as
@@ -137,20 +144,19 @@ func (c *call) judge(a admission, resp *http.Response, err error) outcome {
 // and the budget see that status, with the event's data as the body. The
 // outcome's response is the stream itself, which is what the caller gets
 // if retrying stops there.
-func (c *call) judgeStream(a admission, f *streamFailure) outcome {
+func (c *call) judgeStream(o *outcome, a *admission, f *streamFailure) {
 	as := *f.resp
 	as.StatusCode, as.Status = f.status, statusText(f.status)
 	as.Body = io.NopCloser(bytes.NewReader(f.data))
 	as.ContentLength = int64(len(f.data))
-	o := c.judgeResponse(a, &as)
+	c.judgeResponse(o, a, &as)
 	o.resp, o.stream = f.resp, f
 	c.lastStatus = f.status
-	return o
 }
 
-// judgeResponse judges an attempt that got a response.
-func (c *call) judgeResponse(a admission, resp *http.Response) outcome {
-	o := outcome{resp: resp}
+// judgeResponse judges an attempt that got a response, into *o.
+func (c *call) judgeResponse(o *outcome, a *admission, resp *http.Response) {
+	*o = outcome{resp: resp}
 	o.health = statusHealth(resp.StatusCode)
 	retry, _ := c.policy.classify(resp, nil)
 	o.retry = retry && !c.unsafeToRetry(resp, nil)
@@ -160,11 +166,11 @@ func (c *call) judgeResponse(a admission, resp *http.Response) outcome {
 	if u := a.pass.u; u != nil && (o.throttled || hasRateLimitKey(resp.Header) || a.pass.probe || !u.free.Load()) {
 		now := c.t.cfg.clock.Now()
 		o.limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))
+		o.stated = o.limits.Known()
 	}
 	if resp.StatusCode >= 400 {
 		o.readWaits(c.t.cfg.clock.Now())
 	}
-	return o
 }
 
 // judgeError judges an attempt that ended in an error.
@@ -175,11 +181,11 @@ func (c *call) judgeResponse(a admission, resp *http.Response) outcome {
 // refusal): it is retried once, in case it was a hiccup, and never counts
 // against the upstream, unless the classifier decides otherwise. A typo in
 // a test costs one backoff, not the whole schedule.
-func (c *call) judgeError(o outcome) outcome {
+func (c *call) judgeError(o *outcome) {
 	err := o.err
 	o.health = c.errorHealth(err)
 	if localError(c.ctx, err) {
-		return o
+		return
 	}
 	retry, byUser := c.policy.classify(nil, err)
 	o.retry = retry && !c.unsafeToRetry(nil, err)
@@ -188,7 +194,6 @@ func (c *call) judgeError(o outcome) outcome {
 		c.foreignErrors++
 		o.retry = o.retry && c.foreignErrors <= maxForeignRetries
 	}
-	return o
 }
 
 // maxForeignRetries is how often an error that is not a network error is

@@ -90,7 +90,7 @@ func (c *call) breakerAdmissible(now, retryAt time.Time) error {
 }
 
 // report tells the breaker what the attempt said about the upstream.
-func (c *call) report(a admission, o *outcome) {
+func (c *call) report(a *admission, o *outcome) {
 	u := a.pass.u
 	if u == nil {
 		return
@@ -178,7 +178,7 @@ func (t *RetryTransport) limitChanged(u *upstream, ch limitChange) {
 
 // spendRetry draws on the upstream's retry budget before a retry that follows
 // an upstream failure; it reports false when the budget is spent.
-func (c *call) spendRetry(now time.Time, o outcome) bool {
+func (c *call) spendRetry(now time.Time, o *outcome) bool {
 	if o.health != failing || o.atCapacity || c.u == nil {
 		return true // the adaptive limit's queue paces retries at capacity
 	}

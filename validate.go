@@ -30,6 +30,9 @@ func validateRequest(req *http.Request) error {
 	case req.Method != "" && !isToken(req.Method):
 		return fmt.Errorf("%w: invalid method %q", ErrInvalidRequest, req.Method)
 	}
+	if len(req.Header) == 0 {
+		return nil // most GETs: no map iteration to start
+	}
 	for name, values := range req.Header {
 		if !isToken(name) {
 			return fmt.Errorf("%w: invalid header field name %q", ErrInvalidRequest, name)
