@@ -130,13 +130,62 @@ func (c *call) judge(o *outcome, a *admission, resp *http.Response, err error) {
 		c.judgeError(o)
 		return
 	}
-	if c.policy.firstEventTimeout > 0 && isEventStream(resp) {
+	scan := scanHeader(resp.Header)
+	if c.policy.firstEventTimeout > 0 && scan.mayBeEventStream() && isEventStream(resp) {
 		if f := c.checkFirstEvent(resp); f != nil {
-			c.judgeStream(o, a, f)
+			c.judgeStream(o, a, f, &scan)
 			return
 		}
 	}
-	c.judgeResponse(o, a, resp)
+	c.judgeResponse(o, a, resp, &scan)
+}
+
+// headerScan is what one pass over a response's header keys finds. The
+// quiet path, a response with no rate-limit headers, then iterates the map
+// once and looks nothing up in it.
+type headerScan struct {
+	rateLimit   bool     // a key of a rate-limit family (see isRateLimitKey)
+	shouldRetry bool     // an X-Should-Retry key
+	contentType []string // the Content-Type values
+}
+
+// scanHeader reads the keys of h once. Keys are matched in canonical form,
+// as http.Header.Get and the parsers do.
+func scanHeader(h http.Header) headerScan {
+	var s headerScan
+	for k, v := range h {
+		switch {
+		case len(k) == len("Content-Type") && k == "Content-Type":
+			s.contentType = v
+		case len(k) == len("X-Should-Retry") && k == "X-Should-Retry":
+			s.shouldRetry = true
+		case !s.rateLimit && isRateLimitKey(k):
+			s.rateLimit = true
+		}
+	}
+	return s
+}
+
+// mayBeEventStream is false when the Content-Type cannot make isEventStream
+// true: its media type does not start with 't' once leading white space is
+// skipped. A byte from 0x80 up may be Unicode white space, which
+// strings.TrimSpace removes: the full test decides then.
+func (s *headerScan) mayBeEventStream() bool {
+	if len(s.contentType) == 0 {
+		return false
+	}
+	ct := s.contentType[0]
+	for i := 0; i < len(ct); i++ {
+		switch b := ct[i]; b {
+		case ' ', '\t', '\n', '\v', '\f', '\r':
+			continue
+		case 't', 'T':
+			return true
+		default:
+			return b >= 0x80
+		}
+	}
+	return false
 }
 
 // judgeStream judges a stream whose first event was a transient error as
@@ -144,26 +193,27 @@ func (c *call) judge(o *outcome, a *admission, resp *http.Response, err error) {
 // and the budget see that status, with the event's data as the body. The
 // outcome's response is the stream itself, which is what the caller gets
 // if retrying stops there.
-func (c *call) judgeStream(o *outcome, a *admission, f *streamFailure) {
+func (c *call) judgeStream(o *outcome, a *admission, f *streamFailure, scan *headerScan) {
 	as := *f.resp
 	as.StatusCode, as.Status = f.status, statusText(f.status)
 	as.Body = io.NopCloser(bytes.NewReader(f.data))
 	as.ContentLength = int64(len(f.data))
-	c.judgeResponse(o, a, &as)
+	c.judgeResponse(o, a, &as, scan)
 	o.resp, o.stream = f.resp, f
 	c.lastStatus = f.status
 }
 
 // judgeResponse judges an attempt that got a response, into *o.
-func (c *call) judgeResponse(o *outcome, a *admission, resp *http.Response) {
+// scan is resp's header keys read once.
+func (c *call) judgeResponse(o *outcome, a *admission, resp *http.Response, scan *headerScan) {
 	*o = outcome{resp: resp}
 	o.health = statusHealth(resp.StatusCode)
-	retry, _ := c.policy.classify(resp, nil)
+	retry, _ := c.policy.classifyResponse(resp, scan.shouldRetry)
 	o.retry = retry && !c.unsafeToRetry(resp, nil)
 	// A 429, or a 403 judged a rate limit (GitHub's): the server refused
 	// for rate, and its wait holds the whole upstream.
 	o.throttled = resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusForbidden && retry
-	if u := a.pass.u; u != nil && (o.throttled || hasRateLimitKey(resp.Header) || a.pass.probe || !u.free.Load()) {
+	if u := a.pass.u; u != nil && (o.throttled || scan.rateLimit || a.pass.probe || !u.free.Load()) {
 		now := c.t.cfg.clock.Now()
 		o.limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))
 		o.stated = o.limits.Known()
