@@ -84,9 +84,11 @@ func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *con
 	if rc == nil {
 		rc = http.NoBody
 	}
-	if rwc, ok := rc.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}, rwc}
-		return
+	if resp.StatusCode == http.StatusSwitchingProtocols { // the status first: no interface assertion on the common path
+		if rwc, ok := rc.(io.ReadWriteCloser); ok {
+			resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}, rwc}
+			return
+		}
 	}
 	b := &responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}
 	resp.Body = b

@@ -140,8 +140,9 @@ type call struct {
 	inTokens, outTokens int
 }
 
-// begin checks the request and prepares the call. A request that can never
-// succeed is refused here, before anything is sent.
+// begin checks the request and prepares the call, which must be the zero
+// call. A request that can never succeed is refused here, before anything
+// is sent.
 func (t *RetryTransport) begin(c *call, req *http.Request) error {
 	if err := validateRequest(req); err != nil {
 		if req != nil && req.Body != nil {
@@ -150,7 +151,10 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 		creds := credentialsOf(req)
 		return &Error{Err: err, Method: methodOf(req), URL: creds.url(urlOf(req)), creds: creds}
 	}
-	*c = call{t: t, key: t.keyOf(req), req: req, ctx: req.Context(), policy: &t.cfg.policy}
+	// Field by field: c is already zero, and a composite literal would
+	// build the whole call aside and copy it over.
+	c.t, c.req, c.ctx, c.policy = t, req, req.Context(), &t.cfg.policy
+	t.keyOf(req, &c.key)
 	if opts := requestOptions(c.ctx); opts != nil {
 		c.policy = t.requestPolicy(opts)
 	}
@@ -280,7 +284,10 @@ func (c *call) finish(o *outcome, stop *stopReason) (*http.Response, error) {
 		c.logGiveUp(o.status(), o.err, stop.err, why, false)
 	}
 	if o.err == nil {
-		if b := trackedBody(o.resp); b != nil && (o.resp.StatusCode >= 400 || stop != nil) {
+		if o.resp.StatusCode < 400 && stop == nil {
+			return o.resp, nil // no verdict to keep
+		}
+		if b := trackedBody(o.resp); b != nil {
 			v := &verdict{retryable: o.retry, stopReason: why, retryAt: c.retryAt, decidedAt: c.t.cfg.clock.Now()}
 			if stop != nil {
 				v.stop = stop.err
