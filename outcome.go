@@ -151,8 +151,35 @@ type headerScan struct {
 
 // scanHeader reads the keys of h once. Keys are matched in canonical form,
 // as http.Header.Get and the parsers do.
+//
+// A small header (a minimal server's Content-Type, Content-Length and
+// Date) is first accounted for by looking those keys up: when they are
+// all the keys it has, it has none of the others, and no iteration is
+// started (starting one costs more than a few lookups: it draws random
+// numbers for its order).
 func scanHeader(h http.Header) headerScan {
 	var s headerScan
+	if n := len(h); n == 0 {
+		return s
+	} else if n <= len(plainKeys)+1 {
+		found := 0
+		if v, ok := h["Content-Type"]; ok {
+			s.contentType = v
+			found++
+		}
+		for _, k := range plainKeys {
+			if found == n {
+				return s
+			}
+			if _, ok := h[k]; ok {
+				found++
+			}
+		}
+		if found == n {
+			return s
+		}
+		s.contentType = nil // found again below
+	}
 	for k, v := range h {
 		switch {
 		case len(k) == len("Content-Type") && k == "Content-Type":
@@ -165,6 +192,10 @@ func scanHeader(h http.Header) headerScan {
 	}
 	return s
 }
+
+// plainKeys are keys besides Content-Type that a minimal response has and
+// that scanHeader has nothing to note of (see scanHeader).
+var plainKeys = [...]string{"Content-Length", "Date"}
 
 // mayBeEventStream is false when the Content-Type cannot make isEventStream
 // true: its media type does not start with 't' once leading white space is
