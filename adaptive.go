@@ -358,6 +358,20 @@ func (l *concurrencyLimit) claim(w *limitWaiter) (t limitTicket, ok bool) {
 	return limitTicket{}, false
 }
 
+// servedQuietly takes an accepted outcome of an attempt that was not
+// sampled while no limit is learned, and reports whether it did: lightly
+// loaded, no limit, there is nothing to learn but that the upstream serves.
+// Small enough to inline, so the quiet path does not call observe.
+func (l *concurrencyLimit) servedQuietly(t *limitTicket) bool {
+	if t.sample || l.learned.Load() {
+		return false
+	}
+	if !l.served.Load() {
+		l.served.Store(true)
+	}
+	return true
+}
+
 // release frees the slot of an attempt sent in epoch: it is over.
 func (l *concurrencyLimit) release(epoch uint32) {
 	l.inflight.Add(-1)
@@ -398,11 +412,7 @@ func (l *concurrencyLimit) observe(t limitTicket, s limitSignal, now time.Time) 
 	}
 	switch s {
 	case limitAccepted:
-		if !t.sample && !l.learned.Load() {
-			// Lightly loaded, no limit: nothing to learn but that it serves.
-			if !l.served.Load() {
-				l.served.Store(true)
-			}
+		if l.servedQuietly(&t) {
 			return false, limitChange{}, false
 		}
 		l.mu.Lock()

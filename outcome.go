@@ -121,12 +121,11 @@ func (h health) String() string {
 	return "no verdict"
 }
 
-// judge makes the attempt's outcome in *o: one classification, one reading
-// of the headers. Whatever o held before (an earlier attempt's outcome) is
-// replaced.
+// judge makes the attempt's outcome in *o, which must be the zero outcome:
+// one classification, one reading of the headers.
 func (c *call) judge(o *outcome, a *admission, resp *http.Response, err error) {
 	if err != nil {
-		*o = outcome{err: err}
+		o.err = err
 		c.judgeError(o)
 		return
 	}
@@ -234,10 +233,10 @@ func (c *call) judgeStream(o *outcome, a *admission, f *streamFailure, scan *hea
 	c.lastStatus = f.status
 }
 
-// judgeResponse judges an attempt that got a response, into *o.
-// scan is resp's header keys read once.
+// judgeResponse judges an attempt that got a response, into *o, the zero
+// outcome. scan is resp's header keys read once.
 func (c *call) judgeResponse(o *outcome, a *admission, resp *http.Response, scan *headerScan) {
-	*o = outcome{resp: resp}
+	o.resp = resp
 	o.health = statusHealth(resp.StatusCode)
 	retry, _ := c.policy.classifyResponse(resp, scan.shouldRetry)
 	o.retry = retry && !c.unsafeToRetry(resp, nil)

@@ -95,7 +95,7 @@ func (c *call) report(a *admission, o *outcome) {
 	if u == nil {
 		return
 	}
-	o.atCapacity = c.learnLimit(u, a.limit, o)
+	o.atCapacity = c.learnLimit(u, &a.limit, o)
 	switch o.health {
 	case serving:
 		if o.throttled {
@@ -120,16 +120,19 @@ func (c *call) report(a *admission, o *outcome) {
 // learnLimit tells the upstream's adaptive limit what the attempt's outcome
 // says of its capacity, and reports whether a refusal was taken as "at
 // capacity" (then the breaker is not told of it).
-func (c *call) learnLimit(u *upstream, t limitTicket, o *outcome) bool {
+func (c *call) learnLimit(u *upstream, t *limitTicket, o *outcome) bool {
 	if !t.held {
 		return false
+	}
+	if o.health == serving && !o.throttled && u.limit.servedQuietly(t) {
+		return false // accepted (see limitSignal), nothing to learn
 	}
 	s := o.limitSignal()
 	var now time.Time
 	if s == limitAccepted && t.sample {
 		now = time.Now() // real time: see awaitLimit
 	}
-	atCapacity, change, changed := u.limit.observe(t, s, now)
+	atCapacity, change, changed := u.limit.observe(*t, s, now)
 	if changed {
 		c.t.limitChanged(u, change)
 	}

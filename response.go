@@ -58,7 +58,9 @@ func (b *responseBody) Close() error {
 }
 
 func (b *responseBody) finish() {
-	if (b.done != nil || b.limit != nil) && b.finished.CompareAndSwap(false, true) {
+	// A load before the swap: Close after EOF (the usual order) finds it
+	// done without a locked instruction.
+	if (b.done != nil || b.limit != nil) && !b.finished.Load() && b.finished.CompareAndSwap(false, true) {
 		if b.done != nil {
 			b.done()
 		}

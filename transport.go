@@ -106,6 +106,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		c.logRetry(&o, wait)
 		discard(o.resp)
+		o = outcome{} // judge fills a zero outcome
 		if err := c.sleep(wait, nil); err != nil {
 			return c.canceled(nil, err)
 		}
