@@ -29,8 +29,7 @@ func (c *call) admit(a *admission) error {
 	c.admitted = admitWait{}
 	*a = admission{pass: pass{u: u}}
 	if c.attempts == 0 {
-		u.stats.requests.Add(1)
-		u.budget.depositLater()
+		u.stats.requests.Add(1) // the retry budget's deposit too (budget.countWith)
 	}
 	if !u.free.Load() || t.cfg.quota != nil { // a shared quota is asked on every attempt
 		var err error

@@ -80,7 +80,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.begin(&c, req); err != nil {
 		return nil, err
 	}
-	defer c.body.close()
+	if c.body.orig != nil { // nothing to close without a body (most GETs)
+		defer c.body.close()
+	}
 	// a and o are reused by every attempt and passed by pointer: an
 	// outcome is some 300 bytes, and copying it between the stages was a
 	// measurable share of the per-request cost.
