@@ -161,7 +161,9 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 	if opts := requestOptions(c.ctx); opts != nil {
 		c.policy = t.requestPolicy(opts)
 	}
-	c.body = newRequestBody(req, c.policy.maxBufferedBody)
+	if req.Body != nil && req.Body != http.NoBody { // else c.body stays the zero one: no body
+		c.body = newRequestBody(req, c.policy.maxBufferedBody)
+	}
 	c.header = c.policy.stampHeaders(req)
 	return nil
 }

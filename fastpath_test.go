@@ -65,3 +65,31 @@ func TestMayBeEventStreamNeverHidesAStream(t *testing.T) {
 		}
 	}
 }
+
+// validateRequest checks a small header by lookups when its keys are all
+// common ones: every value is still checked, and a key outside the common
+// ones still sends it to the full pass.
+func TestValidateRequestSmallHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		bad    string // "" when valid
+	}{
+		{"common keys", http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer x"}}, ""},
+		{"bad value of a common key", http.Header{"Content-Type": {"a\nb"}}, `invalid value for header field "Content-Type"`},
+		{"bad second value", http.Header{"Accept": {"a", "b\x00"}}, `invalid value for header field "Accept"`},
+		{"common key and a bad name", http.Header{"Content-Type": {"a"}, "Bad Name": {"v"}}, `invalid header field name "Bad Name"`},
+		{"common key and a bad value elsewhere", http.Header{"Accept": {"a"}, "X-A": {"\r"}}, `invalid value for header field "X-A"`},
+		{"non-canonical common key", http.Header{"content-type": {"a\nb"}}, `invalid value for header field "content-type"`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, "https://api.test/v1", nil)
+		req.Header = tc.header
+		err := validateRequest(req)
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)):
+			t.Errorf("%s: got %v, want an error saying %s", tc.name, err, tc.bad)
+		}
+	}
+}
