@@ -95,7 +95,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := c.send(&a)
 		c.judge(&o, &a, resp, err)
 		c.observe(&a, &o)
-		c.logAttemptDone(&o)
+		if t.cfg.hooks.OnAttemptDone != nil {
+			c.logAttemptDone(&o)
+		}
 		if !o.retry {
 			return c.finish(&o, nil)
 		}
@@ -184,7 +186,9 @@ func (c *call) send(a *admission) (*http.Response, error) {
 	if a.pass.u != nil {
 		a.pass.u.stats.attempts.Add(1)
 	}
-	c.logAttempt()
+	if cfg := &c.t.cfg; cfg.hooks.OnAttempt != nil || cfg.logger != nil {
+		c.logAttempt()
+	}
 	if c.t.cfg.hooks.OnAttemptDone != nil {
 		c.sentAt = c.t.cfg.clock.Now()
 	}
