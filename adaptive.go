@@ -295,14 +295,22 @@ func newConcurrencyLimit(a AdaptiveConcurrency) *concurrencyLimit {
 // ok is false when acquire must be asked. A nil limiter admits at once
 // with no ticket.
 func (l *concurrencyLimit) fast() (t limitTicket, ok bool) {
+	ok = l.takeFast(&t)
+	return t, ok
+}
+
+// takeFast is fast writing into *t, a zero ticket, in place: small enough
+// to inline in admit.
+func (l *concurrencyLimit) takeFast(t *limitTicket) bool {
 	if l == nil {
-		return limitTicket{}, true
+		return true
 	}
 	if l.learned.Load() {
-		return limitTicket{}, false
+		return false
 	}
 	k := int(l.inflight.Add(1))
-	return limitTicket{held: true, k: k, epoch: l.epoch.Load(), sample: k >= limitSampleFrom}, true
+	t.held, t.k, t.epoch, t.sample = true, k, l.epoch.Load(), k >= limitSampleFrom
+	return true
 }
 
 // acquire takes a slot if the limit allows and no one is queued; otherwise

@@ -26,7 +26,9 @@ func (c *call) admit(a *admission) error {
 	t := c.t
 	u := t.upstreams.get(c.key, t.newUpstream)
 	c.u = u
-	c.admitted = admitWait{}
+	if c.attempts > 0 {
+		c.admitted = admitWait{} // zero before the first attempt
+	}
 	*a = admission{pass: pass{u: u}}
 	if c.attempts == 0 {
 		u.stats.requests.Add(1) // the retry budget's deposit too (budget.countWith)
@@ -48,7 +50,9 @@ func (c *call) admit(a *admission) error {
 	}
 	var err error
 	limitStart := c.waitStart()
-	a.limit, err = c.awaitLimit(u)
+	if !u.limit.takeFast(&a.limit) { // most attempts: no limit learned, no wait
+		a.limit, err = c.awaitLimit(u)
+	}
 	if !limitStart.IsZero() && c.t.cfg.clock.Now().After(limitStart) {
 		c.waited(WaitConcurrency, limitStart) // only a wait that took time: most attempts pass at once
 	}
