@@ -295,14 +295,22 @@ func newConcurrencyLimit(a AdaptiveConcurrency) *concurrencyLimit {
 // ok is false when acquire must be asked. A nil limiter admits at once
 // with no ticket.
 func (l *concurrencyLimit) fast() (t limitTicket, ok bool) {
+	ok = l.takeFast(&t)
+	return t, ok
+}
+
+// takeFast is fast writing into *t, a zero ticket, in place: small enough
+// to inline in admit.
+func (l *concurrencyLimit) takeFast(t *limitTicket) bool {
 	if l == nil {
-		return limitTicket{}, true
+		return true
 	}
 	if l.learned.Load() {
-		return limitTicket{}, false
+		return false
 	}
 	k := int(l.inflight.Add(1))
-	return limitTicket{held: true, k: k, epoch: l.epoch.Load(), sample: k >= limitSampleFrom}, true
+	t.held, t.k, t.epoch, t.sample = true, k, l.epoch.Load(), k >= limitSampleFrom
+	return true
 }
 
 // acquire takes a slot if the limit allows and no one is queued; otherwise
@@ -358,6 +366,20 @@ func (l *concurrencyLimit) claim(w *limitWaiter) (t limitTicket, ok bool) {
 	return limitTicket{}, false
 }
 
+// servedQuietly takes an accepted outcome of an attempt that was not
+// sampled while no limit is learned, and reports whether it did: lightly
+// loaded, no limit, there is nothing to learn but that the upstream serves.
+// Small enough to inline, so the quiet path does not call observe.
+func (l *concurrencyLimit) servedQuietly(t *limitTicket) bool {
+	if t.sample || l.learned.Load() {
+		return false
+	}
+	if !l.served.Load() {
+		l.served.Store(true)
+	}
+	return true
+}
+
 // release frees the slot of an attempt sent in epoch: it is over.
 func (l *concurrencyLimit) release(epoch uint32) {
 	l.inflight.Add(-1)
@@ -398,11 +420,7 @@ func (l *concurrencyLimit) observe(t limitTicket, s limitSignal, now time.Time) 
 	}
 	switch s {
 	case limitAccepted:
-		if !t.sample && !l.learned.Load() {
-			// Lightly loaded, no limit: nothing to learn but that it serves.
-			if !l.served.Load() {
-				l.served.Store(true)
-			}
+		if l.servedQuietly(&t) {
 			return false, limitChange{}, false
 		}
 		l.mu.Lock()

@@ -21,39 +21,46 @@ type admission struct {
 	hasSlot bool        // it holds a WithMaxConcurrency slot
 }
 
-func (c *call) admit() (admission, error) {
+// admit admits the next attempt into *a (the zero admission when it fails).
+func (c *call) admit(a *admission) error {
 	t := c.t
 	u := t.upstreams.get(c.key, t.newUpstream)
 	c.u = u
-	c.admitted = admitWait{}
-	a := admission{pass: pass{u: u}}
+	if c.attempts > 0 {
+		c.admitted = admitWait{} // zero before the first attempt
+	}
+	*a = admission{pass: pass{u: u}}
 	if c.attempts == 0 {
-		u.stats.requests.Add(1)
-		u.budget.depositLater()
+		u.stats.requests.Add(1) // the retry budget's deposit too (budget.countWith)
 	}
 	if !u.free.Load() || t.cfg.quota != nil { // a shared quota is asked on every attempt
 		var err error
 		if a.pass, err = c.schedule(u); err != nil {
-			return admission{}, err
+			*a = admission{}
+			return err
 		}
 	}
 	if !u.breaker.lets() {
 		var err error
 		if a.probe, err = c.awaitBreaker(u); err != nil {
 			a.pass.abandon(t.cfg.clock.Now())
-			return admission{}, err
+			*a = admission{}
+			return err
 		}
 	}
 	var err error
 	limitStart := c.waitStart()
-	a.limit, err = c.awaitLimit(u)
+	if !u.limit.takeFast(&a.limit) { // most attempts: no limit learned, no wait
+		a.limit, err = c.awaitLimit(u)
+	}
 	if !limitStart.IsZero() && c.t.cfg.clock.Now().After(limitStart) {
 		c.waited(WaitConcurrency, limitStart) // only a wait that took time: most attempts pass at once
 	}
 	if err != nil {
 		u.breaker.abandon(a.probe)
 		a.pass.abandon(t.cfg.clock.Now())
-		return admission{}, err
+		*a = admission{}
+		return err
 	}
 	if !t.slots.tryAcquire() {
 		start := c.waitStart()
@@ -63,14 +70,15 @@ func (c *call) admit() (admission, error) {
 			t.release(a)
 			u.breaker.abandon(a.probe)
 			a.pass.abandon(t.cfg.clock.Now())
-			return admission{}, err
+			*a = admission{}
+			return err
 		}
 	}
 	a.hasSlot = t.slots != nil
 	if a.limit.sample {
 		a.limit.sentAt = time.Now() // real time: see awaitLimit
 	}
-	return a, nil
+	return nil
 }
 
 // awaitLimit takes a slot in the upstream's adaptive concurrency limit (see
@@ -402,13 +410,13 @@ func (c *call) tokens() (int, int) {
 // observe reports what an attempt's outcome says about the upstream: to its
 // breaker, and its rate-limit headers and any 429 to its pacing and holds.
 // A free upstream and a response with neither cost nothing more.
-func (c *call) observe(a admission, o *outcome) {
+func (c *call) observe(a *admission, o *outcome) {
 	u := a.pass.u
 	if u == nil {
 		return
 	}
 	c.report(a, o)
-	if !o.throttled && !o.limits.Known() && !a.pass.probe && u.free.Load() {
+	if !o.throttled && !o.stated && !a.pass.probe && u.free.Load() {
 		return
 	}
 	var hold time.Duration
@@ -421,7 +429,7 @@ func (c *call) observe(a admission, o *outcome) {
 		c.holdShared(c.t.cfg.quota, held, now)
 	}
 	if mode == paceObserved {
-		c.logObservedPace(u, o.limits.Known())
+		c.logObservedPace(u, o.stated)
 	}
 }
 

@@ -114,14 +114,18 @@ type budget struct {
 
 	span time.Duration // Window
 
-	// pending counts first attempts not yet in w: the hot path counts them
-	// without the lock or the clock (depositLater), and the next look at the
-	// budget dates them (foldLocked).
-	pending atomic.Int64
+	// count counts first attempts: the budget's own counter, or the
+	// upstream's count of requests (see countWith), so the hot path adds
+	// to one counter for both. It is added to without the lock or the
+	// clock (depositLater), and the next look at the budget dates what was
+	// added since the last one (foldLocked).
+	count *atomic.Uint64
+	own   atomic.Uint64
 
 	mu       sync.Mutex
 	w        window // a: requests, b: retries
 	foldedAt time.Time
+	folded   uint64 // count when last folded
 }
 
 // newBudget returns the budget rb describes, or nil when it is disabled.
@@ -130,11 +134,21 @@ func newBudget(rb RetryBudget) *budget {
 		return nil
 	}
 	rb = rb.withDefaults()
-	return &budget{
+	b := &budget{
 		ratio:   rb.Ratio,
 		reserve: rb.MinPerSecond * rb.Window.Seconds(),
 		w:       newWindow(rb.Window),
 		span:    rb.Window,
+	}
+	b.count = &b.own
+	return b
+}
+
+// countWith makes requests the counter of first attempts: what is added to
+// it is deposited, as by depositLater. Call it before the budget is used.
+func (b *budget) countWith(requests *atomic.Uint64) {
+	if b != nil {
+		b.count, b.folded = requests, requests.Load()
 	}
 }
 
@@ -153,7 +167,7 @@ func (b *budget) start(now time.Time) {
 // budget off the happy path: a request costs it one atomic add.
 func (b *budget) depositLater() {
 	if b != nil {
-		b.pending.Add(1)
+		b.count.Add(1)
 	}
 }
 
@@ -161,10 +175,11 @@ func (b *budget) depositLater() {
 // the n counted since the last fold, the share that falls within the last
 // Window if they came evenly (see lazyShare).
 func (b *budget) foldLocked(now time.Time) {
-	if n := b.pending.Swap(0); n > 0 {
+	cur := b.count.Load()
+	if n := int64(cur - b.folded); n > 0 {
 		b.w.add(now, lazyShare(n, b.foldedAt, now, b.span), 0)
 	}
-	b.foldedAt = now
+	b.folded, b.foldedAt = cur, now
 }
 
 // lazyShare is how many of n events counted evenly over [since, now] fall

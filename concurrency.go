@@ -59,7 +59,7 @@ func (s slots) release() {
 
 // release frees what an admitted attempt holds, when it failed before a
 // response body could carry the release.
-func (t *RetryTransport) release(a admission) {
+func (t *RetryTransport) release(a *admission) {
 	if a.hasSlot {
 		t.slots.release()
 	}
@@ -69,7 +69,7 @@ func (t *RetryTransport) release(a admission) {
 }
 
 // limitSlot is the adaptive limit the attempt holds a slot in, nil if none.
-func (a admission) limitSlot() *concurrencyLimit {
+func (a *admission) limitSlot() *concurrencyLimit {
 	if !a.limit.held {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (a admission) limitSlot() *concurrencyLimit {
 // its concurrency slot, to run once when the attempt is done with. (Its
 // slot in the adaptive limit is released by the response body itself, or
 // by release when the attempt fails: no closure to allocate.)
-func (t *RetryTransport) releaser(a admission, timer func()) func() {
+func (t *RetryTransport) releaser(a *admission, timer func()) func() {
 	if !a.hasSlot {
 		return timer
 	}

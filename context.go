@@ -1,6 +1,9 @@
 package retryhttp
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // RequestOption overrides the retry policy for one request. Give it to
 // [ContextWithOptions]. Each constructor ([MaxRetries], [Backoff], ...) has a
@@ -29,6 +32,7 @@ type requestOptionsKey struct{}
 // longer [Backoff] for a batch job. Calls accumulate: options from an outer
 // ContextWithOptions apply first, so on the same setting the later call wins.
 func ContextWithOptions(ctx context.Context, opts ...RequestOption) context.Context {
+	optionsUsed.Store(true)
 	if prev := requestOptions(ctx); prev != nil {
 		opts = append(append([]RequestOption(nil), prev...), opts...)
 	}
@@ -41,7 +45,15 @@ func NoRetry(ctx context.Context) context.Context {
 	return ContextWithOptions(ctx, MaxRetries(0))
 }
 
+// optionsUsed is set once any context carries request options: until then
+// no request can carry any, and a request skips looking for them (a walk up
+// its context's chain of parents, on every request).
+var optionsUsed atomic.Bool
+
 func requestOptions(ctx context.Context) []RequestOption {
+	if !optionsUsed.Load() {
+		return nil
+	}
 	opts, _ := ctx.Value(requestOptionsKey{}).([]RequestOption)
 	return opts
 }

@@ -159,7 +159,7 @@ func (c *call) logAttempt() {
 // logAttemptDone calls OnAttemptDone with the attempt's outcome, if it is
 // set; send noted in c.sentAt when the attempt was handed to the base
 // transport.
-func (c *call) logAttemptDone(o outcome) {
+func (c *call) logAttemptDone(o *outcome) {
 	h := c.t.cfg.hooks.OnAttemptDone
 	if h == nil {
 		return
@@ -170,7 +170,7 @@ func (c *call) logAttemptDone(o outcome) {
 	h(e)
 }
 
-func (c *call) logRetry(o outcome, wait time.Duration) {
+func (c *call) logRetry(o *outcome, wait time.Duration) {
 	cfg := &c.t.cfg
 	if cfg.hooks.OnRetry == nil && cfg.logger == nil {
 		return

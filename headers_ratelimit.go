@@ -130,26 +130,30 @@ func (r *RateLimits) shift(skew time.Duration, now time.Time) {
 // the first bytes of each canonical key.
 func hasRateLimitKey(h http.Header) bool {
 	for k := range h {
-		if len(k) < len("Ratelimit") {
-			continue
+		if isRateLimitKey(k) {
+			return true
 		}
-		// Byte tests before string compares: most keys fail on the first
-		// or third byte, and X-Request-Id and the like on the fourth.
-		switch k[0] {
-		case 'R':
-			if k[1] == 'a' && k[:9] == "Ratelimit" {
-				return true
-			}
-		case 'X':
-			if k[2] == 'R' && k[3] == 'a' &&
-				(strings.HasPrefix(k, "X-Ratelimit-") || strings.HasPrefix(k, "X-Rate-Limit-")) {
-				return true
-			}
-		case 'A':
-			if k[1] == 'n' && strings.HasPrefix(k, "Anthropic-Ratelimit-") {
-				return true
-			}
-		}
+	}
+	return false
+}
+
+// isRateLimitKey reports a canonical key of one of the rate-limit header
+// families (the transport's own one pass over a response's keys, in
+// outcome.go, asks it too).
+func isRateLimitKey(k string) bool {
+	if len(k) < len("Ratelimit") {
+		return false
+	}
+	// Byte tests before string compares: most keys fail on the first
+	// or third byte, and X-Request-Id and the like on the fourth.
+	switch k[0] {
+	case 'R':
+		return k[1] == 'a' && k[:9] == "Ratelimit"
+	case 'X':
+		return k[2] == 'R' && k[3] == 'a' &&
+			(strings.HasPrefix(k, "X-Ratelimit-") || strings.HasPrefix(k, "X-Rate-Limit-"))
+	case 'A':
+		return k[1] == 'n' && strings.HasPrefix(k, "Anthropic-Ratelimit-")
 	}
 	return false
 }

@@ -57,8 +57,8 @@ func (k upstreamKey) String() string {
 	return base
 }
 
-func (t *RetryTransport) keyOf(req *http.Request) upstreamKey {
-	var k upstreamKey
+// keyOf sets *k, a zero key, to req's upstream key.
+func (t *RetryTransport) keyOf(req *http.Request, k *upstreamKey) {
 	if t.cfg.keyFunc != nil {
 		k.custom = t.cfg.keyFunc(req)
 	} else {
@@ -67,7 +67,6 @@ func (t *RetryTransport) keyOf(req *http.Request) upstreamKey {
 	if t.cfg.keyByModel {
 		k.model = modelLabel(ModelOf(req))
 	}
-	return k
 }
 
 // WithKeyByModel adds the request's model (see [ModelOf]) to its upstream key,

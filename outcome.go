@@ -42,6 +42,9 @@ type outcome struct {
 	// limits is the response's rate-limit state, read against the
 	// upstream's clock; the zero value when it states none.
 	limits RateLimits
+	// stated is limits.Known(), kept so the quiet path (no rate-limit
+	// headers) does not test every dimension of a zero value again.
+	stated bool
 	// retryAfter is the wait the response names (Retry-After,
 	// retry-after-ms), as stated; 0 if none.
 	retryAfter time.Duration
@@ -61,7 +64,7 @@ type outcome struct {
 // waitKind names the wait before the retry that follows the outcome: the
 // server's (Retry-After, a rate limit's reset) when it asked for one, else
 // the backoff's.
-func (o outcome) waitKind() WaitKind {
+func (o *outcome) waitKind() WaitKind {
 	if o.serverWait > 0 {
 		return WaitServer
 	}
@@ -118,18 +121,101 @@ func (h health) String() string {
 	return "no verdict"
 }
 
-// judge makes the attempt's outcome: one classification, one reading of the
-// headers.
-func (c *call) judge(a admission, resp *http.Response, err error) outcome {
+// judge makes the attempt's outcome in *o, which must be the zero outcome:
+// one classification, one reading of the headers.
+func (c *call) judge(o *outcome, a *admission, resp *http.Response, err error) {
 	if err != nil {
-		return c.judgeError(outcome{err: err})
+		o.err = err
+		c.judgeError(o)
+		return
 	}
-	if c.policy.firstEventTimeout > 0 && isEventStream(resp) {
+	scan := scanHeader(resp.Header)
+	if c.policy.firstEventTimeout > 0 && scan.mayBeEventStream() && isEventStream(resp) {
 		if f := c.checkFirstEvent(resp); f != nil {
-			return c.judgeStream(a, f)
+			c.judgeStream(o, a, f, &scan)
+			return
 		}
 	}
-	return c.judgeResponse(a, resp)
+	c.judgeResponse(o, a, resp, &scan)
+}
+
+// headerScan is what one pass over a response's header keys finds. The
+// quiet path, a response with no rate-limit headers, then iterates the map
+// once and looks nothing up in it.
+type headerScan struct {
+	rateLimit   bool     // a key of a rate-limit family (see isRateLimitKey)
+	shouldRetry bool     // an X-Should-Retry key
+	contentType []string // the Content-Type values
+}
+
+// scanHeader reads the keys of h once. Keys are matched in canonical form,
+// as http.Header.Get and the parsers do.
+//
+// A small header (a minimal server's Content-Type, Content-Length and
+// Date) is first accounted for by looking those keys up: when they are
+// all the keys it has, it has none of the others, and no iteration is
+// started (starting one costs more than a few lookups: it draws random
+// numbers for its order).
+func scanHeader(h http.Header) headerScan {
+	var s headerScan
+	if n := len(h); n == 0 {
+		return s
+	} else if n <= len(plainKeys)+1 {
+		found := 0
+		if v, ok := h["Content-Type"]; ok {
+			s.contentType = v
+			found++
+		}
+		for _, k := range plainKeys {
+			if found == n {
+				return s
+			}
+			if _, ok := h[k]; ok {
+				found++
+			}
+		}
+		if found == n {
+			return s
+		}
+		s.contentType = nil // found again below
+	}
+	for k, v := range h {
+		switch {
+		case len(k) == len("Content-Type") && k == "Content-Type":
+			s.contentType = v
+		case len(k) == len("X-Should-Retry") && k == "X-Should-Retry":
+			s.shouldRetry = true
+		case !s.rateLimit && isRateLimitKey(k):
+			s.rateLimit = true
+		}
+	}
+	return s
+}
+
+// plainKeys are keys besides Content-Type that a minimal response has and
+// that scanHeader has nothing to note of (see scanHeader).
+var plainKeys = [...]string{"Content-Length", "Date"}
+
+// mayBeEventStream is false when the Content-Type cannot make isEventStream
+// true: its media type does not start with 't' once leading white space is
+// skipped. A byte from 0x80 up may be Unicode white space, which
+// strings.TrimSpace removes: the full test decides then.
+func (s *headerScan) mayBeEventStream() bool {
+	if len(s.contentType) == 0 {
+		return false
+	}
+	ct := s.contentType[0]
+	for i := 0; i < len(ct); i++ {
+		switch b := ct[i]; b {
+		case ' ', '\t', '\n', '\v', '\f', '\r':
+			continue
+		case 't', 'T':
+			return true
+		default:
+			return b >= 0x80
+		}
+	}
+	return false
 }
 
 // judgeStream judges a stream whose first event was a transient error as
@@ -137,34 +223,34 @@ func (c *call) judge(a admission, resp *http.Response, err error) outcome {
 // and the budget see that status, with the event's data as the body. The
 // outcome's response is the stream itself, which is what the caller gets
 // if retrying stops there.
-func (c *call) judgeStream(a admission, f *streamFailure) outcome {
+func (c *call) judgeStream(o *outcome, a *admission, f *streamFailure, scan *headerScan) {
 	as := *f.resp
 	as.StatusCode, as.Status = f.status, statusText(f.status)
 	as.Body = io.NopCloser(bytes.NewReader(f.data))
 	as.ContentLength = int64(len(f.data))
-	o := c.judgeResponse(a, &as)
+	c.judgeResponse(o, a, &as, scan)
 	o.resp, o.stream = f.resp, f
 	c.lastStatus = f.status
-	return o
 }
 
-// judgeResponse judges an attempt that got a response.
-func (c *call) judgeResponse(a admission, resp *http.Response) outcome {
-	o := outcome{resp: resp}
+// judgeResponse judges an attempt that got a response, into *o, the zero
+// outcome. scan is resp's header keys read once.
+func (c *call) judgeResponse(o *outcome, a *admission, resp *http.Response, scan *headerScan) {
+	o.resp = resp
 	o.health = statusHealth(resp.StatusCode)
-	retry, _ := c.policy.classify(resp, nil)
+	retry, _ := c.policy.classifyResponse(resp, scan.shouldRetry)
 	o.retry = retry && !c.unsafeToRetry(resp, nil)
 	// A 429, or a 403 judged a rate limit (GitHub's): the server refused
 	// for rate, and its wait holds the whole upstream.
 	o.throttled = resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusForbidden && retry
-	if u := a.pass.u; u != nil && (o.throttled || hasRateLimitKey(resp.Header) || a.pass.probe || !u.free.Load()) {
+	if u := a.pass.u; u != nil && (o.throttled || scan.rateLimit || a.pass.probe || !u.free.Load()) {
 		now := c.t.cfg.clock.Now()
 		o.limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))
+		o.stated = o.limits.Known()
 	}
 	if resp.StatusCode >= 400 {
 		o.readWaits(c.t.cfg.clock.Now())
 	}
-	return o
 }
 
 // judgeError judges an attempt that ended in an error.
@@ -175,11 +261,11 @@ func (c *call) judgeResponse(a admission, resp *http.Response) outcome {
 // refusal): it is retried once, in case it was a hiccup, and never counts
 // against the upstream, unless the classifier decides otherwise. A typo in
 // a test costs one backoff, not the whole schedule.
-func (c *call) judgeError(o outcome) outcome {
+func (c *call) judgeError(o *outcome) {
 	err := o.err
 	o.health = c.errorHealth(err)
 	if localError(c.ctx, err) {
-		return o
+		return
 	}
 	retry, byUser := c.policy.classify(nil, err)
 	o.retry = retry && !c.unsafeToRetry(nil, err)
@@ -188,7 +274,6 @@ func (c *call) judgeError(o outcome) outcome {
 		c.foreignErrors++
 		o.retry = o.retry && c.foreignErrors <= maxForeignRetries
 	}
-	return o
 }
 
 // maxForeignRetries is how often an error that is not a network error is

@@ -90,12 +90,12 @@ func (c *call) breakerAdmissible(now, retryAt time.Time) error {
 }
 
 // report tells the breaker what the attempt said about the upstream.
-func (c *call) report(a admission, o *outcome) {
+func (c *call) report(a *admission, o *outcome) {
 	u := a.pass.u
 	if u == nil {
 		return
 	}
-	o.atCapacity = c.learnLimit(u, a.limit, o)
+	o.atCapacity = c.learnLimit(u, &a.limit, o)
 	switch o.health {
 	case serving:
 		if o.throttled {
@@ -120,16 +120,19 @@ func (c *call) report(a admission, o *outcome) {
 // learnLimit tells the upstream's adaptive limit what the attempt's outcome
 // says of its capacity, and reports whether a refusal was taken as "at
 // capacity" (then the breaker is not told of it).
-func (c *call) learnLimit(u *upstream, t limitTicket, o *outcome) bool {
+func (c *call) learnLimit(u *upstream, t *limitTicket, o *outcome) bool {
 	if !t.held {
 		return false
+	}
+	if o.health == serving && !o.throttled && u.limit.servedQuietly(t) {
+		return false // accepted (see limitSignal), nothing to learn
 	}
 	s := o.limitSignal()
 	var now time.Time
 	if s == limitAccepted && t.sample {
 		now = time.Now() // real time: see awaitLimit
 	}
-	atCapacity, change, changed := u.limit.observe(t, s, now)
+	atCapacity, change, changed := u.limit.observe(*t, s, now)
 	if changed {
 		c.t.limitChanged(u, change)
 	}
@@ -178,7 +181,7 @@ func (t *RetryTransport) limitChanged(u *upstream, ch limitChange) {
 
 // spendRetry draws on the upstream's retry budget before a retry that follows
 // an upstream failure; it reports false when the budget is spent.
-func (c *call) spendRetry(now time.Time, o outcome) bool {
+func (c *call) spendRetry(now time.Time, o *outcome) bool {
 	if o.health != failing || o.atCapacity || c.u == nil {
 		return true // the adaptive limit's queue paces retries at capacity
 	}

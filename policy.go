@@ -323,6 +323,12 @@ func Retryable(resp *http.Response, err error) bool {
 	if v, ok := parseShouldRetry(resp.Header); ok {
 		return v
 	}
+	return retryableAnswer(resp)
+}
+
+// retryableAnswer is Retryable for a response without an x-should-retry
+// verdict: the body's word on a 403 or 429, else the status.
+func retryableAnswer(resp *http.Response) bool {
 	if v, ok := bodyVerdict(resp); ok {
 		return v
 	}
@@ -406,6 +412,24 @@ func (p *policy) classify(resp *http.Response, err error) (retry, byUser bool) {
 		}
 	}
 	return Retryable(resp, err), false
+}
+
+// classifyResponse is classify for a response whose header keys were
+// scanned (see scanHeader): without an X-Should-Retry key there is no
+// header verdict to look up.
+func (p *policy) classifyResponse(resp *http.Response, shouldRetry bool) (retry, byUser bool) {
+	if p.classifier != nil {
+		switch p.classifier(resp, nil) {
+		case Retry:
+			return true, true
+		case Stop:
+			return false, true
+		}
+	}
+	if !shouldRetry {
+		return retryableAnswer(resp), false
+	}
+	return Retryable(resp, nil), false
 }
 
 // maxVerdictBody bounds the peek at 403 and 429 bodies.

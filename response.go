@@ -58,7 +58,9 @@ func (b *responseBody) Close() error {
 }
 
 func (b *responseBody) finish() {
-	if (b.done != nil || b.limit != nil) && b.finished.CompareAndSwap(false, true) {
+	// A load before the swap: Close after EOF (the usual order) finds it
+	// done without a locked instruction.
+	if (b.done != nil || b.limit != nil) && !b.finished.Load() && b.finished.CompareAndSwap(false, true) {
 		if b.done != nil {
 			b.done()
 		}
@@ -84,9 +86,11 @@ func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *con
 	if rc == nil {
 		rc = http.NoBody
 	}
-	if rwc, ok := rc.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}, rwc}
-		return
+	if resp.StatusCode == http.StatusSwitchingProtocols { // the status first: no interface assertion on the common path
+		if rwc, ok := rc.(io.ReadWriteCloser); ok {
+			resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}, rwc}
+			return
+		}
 	}
 	b := &responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}
 	resp.Body = b

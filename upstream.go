@@ -48,6 +48,7 @@ func (t *RetryTransport) newUpstream() *upstream {
 		born:   t.cfg.clock.Now(),
 	}
 	u.bound = t.cfg.policy.maxRetryAfter
+	u.budget.countWith(&u.stats.requests) // a request's count is its deposit
 	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
 	now := t.cfg.clock.Now()
 	u.breaker.start(now)

@@ -1,0 +1,95 @@
+package retryhttp
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// scanHeader stands in for three readings of a response's header on the
+// hot path: it must agree with each of them on every header, the small
+// ones it accounts for by lookups included.
+func TestScanHeaderAgreesWithTheReadingsItReplaces(t *testing.T) {
+	headers := []http.Header{
+		{},
+		{"Content-Type": {"application/json"}},
+		{"Content-Length": {"11"}},
+		{"Date": {"Mon, 01 Dec 2026 12:00:00 GMT"}},
+		{"Content-Type": {"application/json"}, "Content-Length": {"11"}},
+		{"Content-Type": {"application/json"}, "Content-Length": {"11"}, "Date": {"x"}},
+		// Small, but with a key the lookups do not account for.
+		{"Content-Type": {"application/json"}, "X-Ratelimit-Remaining": {"0"}},
+		{"X-Ratelimit-Remaining": {"0"}},
+		{"Ratelimit": {`"default";r=0;t=1`}},
+		{"Anthropic-Ratelimit-Requests-Remaining": {"3"}},
+		{"X-Rate-Limit-Remaining": {"3"}, "Date": {"x"}},
+		{"X-Should-Retry": {"true"}},
+		{"Content-Type": {"text/plain"}, "X-Should-Retry": {"false"}, "Content-Length": {"1"}},
+		{"Content-Type": {"text/event-stream"}, "Date": {"x"}, "Content-Length": {"1"}, "Server": {"s"}},
+		// Non-canonical keys are invisible to Get, and so to scanHeader.
+		{"x-should-retry": {"true"}, "content-type": {"text/event-stream"}, "x-ratelimit-remaining": {"0"}},
+		// Large: iterated.
+		{"Content-Type": {"application/json"}, "Content-Length": {"1"}, "Date": {"x"}, "Server": {"s"}, "Vary": {"v"}, "X-Request-Id": {"r"}},
+		{"Content-Type": {"application/json"}, "Content-Length": {"1"}, "Date": {"x"}, "Server": {"s"}, "Vary": {"v"}, "X-Ratelimit-Limit": {"9"}},
+	}
+	for _, h := range headers {
+		s := scanHeader(h)
+		if s.rateLimit != hasRateLimitKey(h) {
+			t.Errorf("%v: rateLimit %v, hasRateLimitKey %v", h, s.rateLimit, hasRateLimitKey(h))
+		}
+		if _, ok := h["X-Should-Retry"]; s.shouldRetry != ok {
+			t.Errorf("%v: shouldRetry %v, key present %v", h, s.shouldRetry, ok)
+		}
+		if got, want := strings.Join(s.contentType, ","), strings.Join(h.Values("Content-Type"), ","); got != want {
+			t.Errorf("%v: contentType %q, want %q", h, got, want)
+		}
+	}
+}
+
+// mayBeEventStream is a necessary condition: it must never be false where
+// isEventStream is true, whatever white space leads the media type.
+func TestMayBeEventStreamNeverHidesAStream(t *testing.T) {
+	for _, ct := range []string{
+		"text/event-stream", "TEXT/Event-Stream", " \t text/event-stream; charset=utf-8",
+		"\u00a0text/event-stream", "\u0085text/event-stream", "\ftext/event-stream",
+		"application/json", "", " ", "application/x-ndjson", "tex", "\u00a0application/json",
+	} {
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {ct}}, Body: io.NopCloser(strings.NewReader("x"))}
+		s := scanHeader(resp.Header)
+		if isEventStream(resp) && !s.mayBeEventStream() {
+			t.Errorf("Content-Type %q: an event stream, but mayBeEventStream says it cannot be", ct)
+		}
+		if strings.HasPrefix(ct, "application/") && s.mayBeEventStream() {
+			t.Errorf("Content-Type %q: mayBeEventStream should rule it out", ct)
+		}
+	}
+}
+
+// validateRequest checks a small header by lookups when its keys are all
+// common ones: every value is still checked, and a key outside the common
+// ones still sends it to the full pass.
+func TestValidateRequestSmallHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		bad    string // "" when valid
+	}{
+		{"common keys", http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer x"}}, ""},
+		{"bad value of a common key", http.Header{"Content-Type": {"a\nb"}}, `invalid value for header field "Content-Type"`},
+		{"bad second value", http.Header{"Accept": {"a", "b\x00"}}, `invalid value for header field "Accept"`},
+		{"common key and a bad name", http.Header{"Content-Type": {"a"}, "Bad Name": {"v"}}, `invalid header field name "Bad Name"`},
+		{"common key and a bad value elsewhere", http.Header{"Accept": {"a"}, "X-A": {"\r"}}, `invalid value for header field "X-A"`},
+		{"non-canonical common key", http.Header{"content-type": {"a\nb"}}, `invalid value for header field "content-type"`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, "https://api.test/v1", nil)
+		req.Header = tc.header
+		err := validateRequest(req)
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)):
+			t.Errorf("%s: got %v, want an error saying %s", tc.name, err, tc.bad)
+		}
+	}
+}
