@@ -65,20 +65,24 @@ type pacer struct {
 	lostSends [16]uint64
 	lostNext  uint64
 
-	rate     float64       // the rate (per second) requests are paced at, before margins
-	ceiling  float64       // below the rate that last drew a 429; 0: none yet
-	proven   float64       // the highest lower bound on the rate readings gave since the last 429
-	sent     uint64        // attempts sent so far; orders responses against sends
-	rejected uint64        // 429s seen so far: sends the server did not count
-	mark     reading       // where the current drain measurement starts
-	use      quotaUse      // how much of a coarse quota the pace leaves unused
-	flat     bool          // a coarse quota drained with no refill (see spotLump)
-	lumpy    bool          // a coarse quota refills in lumps: a fixed window
-	dry      int           // refusals in a row that found it empty (see countDry)
-	dryAt    time.Time     // the last of them
-	dryFrom  time.Time     // the first of them
-	dryFor   time.Duration // the longest it was seen to stay dry
-	refused  bool          // the last answer was a 429
+	rate     float64  // the rate (per second) requests are paced at, before margins
+	ceiling  float64  // below the rate that last drew a 429; 0: none yet
+	proven   float64  // the highest lower bound on the rate readings gave since the last 429
+	sent     uint64   // attempts sent so far; orders responses against sends
+	rejected uint64   // 429s seen so far: sends the server did not count
+	mark     reading  // where the current drain measurement starts
+	use      quotaUse // how much of a coarse quota the pace leaves unused
+	flat     bool     // a coarse quota drained with no refill (see spotLump)
+	lumpy    bool     // a coarse quota refills in lumps: a fixed window
+	// cleared counts attempts windowShortfall let go that are not sent
+	// yet (see sentOne); clearedAt is when it last let one go.
+	cleared   int
+	clearedAt time.Time
+	dry       int           // refusals in a row that found it empty (see countDry)
+	dryAt     time.Time     // the last of them
+	dryFrom   time.Time     // the first of them
+	dryFor    time.Duration // the longest it was seen to stay dry
+	refused   bool          // the last answer was a 429
 	// earlyResets is set once a whole-second reset is seen to come before
 	// the bucket is full, or a measured pace draws a 429: the server cuts
 	// its resets down (or to the nearest second), so they may be early.
@@ -304,7 +308,10 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 // window's first answers, which bring its count and its end.
 func (p *pacer) windowShortfall(now time.Time) time.Duration {
 	l := p.latest
-	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0)
+	if now.Sub(p.clearedAt) > lumpSpread {
+		p.cleared = 0 // cleared, then given up before it was sent
+	}
+	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0) + float64(p.cleared)
 	turned := !l.reset.After(now)
 	have := float64(l.remaining) - spent
 	if turned {
@@ -312,6 +319,10 @@ func (p *pacer) windowShortfall(now time.Time) time.Duration {
 	}
 	switch {
 	case have > 0:
+		// Counted at once: others checking before it is sent must
+		// not spend the same unit.
+		p.cleared++
+		p.clearedAt = now
 		return 0
 	case turned:
 		return lumpSpread
@@ -319,6 +330,15 @@ func (p *pacer) windowShortfall(now time.Time) time.Duration {
 		return min(l.reset.Sub(now), p.bound)
 	}
 	return l.reset.Sub(now)
+}
+
+// sentOne counts an attempt sent, one that windowShortfall let go among
+// them.
+func (p *pacer) sentOne() {
+	p.sent++
+	if p.cleared > 0 {
+		p.cleared--
+	}
 }
 
 // paceOf is the interval between paced slots for a rate: a stated rate is

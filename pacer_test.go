@@ -112,3 +112,29 @@ func TestACeilingLeftByOne429LiftsWhileQuotaGoesUnused(t *testing.T) {
 	assert.Greater(t, p.ceiling, 1.3*first, "four seconds without a 429 and quota to spare")
 	assert.Greater(t, p.rate, first)
 }
+
+func TestAWindowsLastUnitIsLetGoOnceBeforeItIsSent(t *testing.T) {
+	// Two requests checked in the same instant, before either is sent,
+	// must not both take the window's last unit.
+	p := &pacer{}
+	now := testStart.Add(10 * time.Millisecond)
+	for left := int64(39); left >= 0; left-- {
+		answer(p, now, false, windowReading(40, left, now))
+		now = now.Add(5 * time.Millisecond)
+	}
+	for i := 0; i < 3; i++ {
+		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
+		answer(p, now, true, windowReading(40, 0, now))
+	}
+	now = testStart.Add(time.Second + 5*time.Millisecond)
+	for left := int64(39); left >= 1; left-- { // the new window, all but one used
+		answer(p, now, false, windowReading(40, left, now))
+		now = now.Add(time.Millisecond)
+	}
+	require.True(t, p.lumpy)
+
+	assert.Zero(t, p.shortfall(now, 0), "the last unit goes")
+	assert.Positive(t, p.shortfall(now, 0), "and only once, though it is not sent yet")
+	p.sentOne()
+	assert.Positive(t, p.shortfall(now, 1), "sent, it still counts")
+}

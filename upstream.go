@@ -160,7 +160,7 @@ func (u *upstream) turnAt(start time.Time) turn {
 // placed among the others: a reading covers the attempts sent before it.
 func (u *upstream) dispatch(p *pass) {
 	u.mu.Lock()
-	u.sent++
+	u.sentOne()
 	p.sent = u.sent
 	u.mu.Unlock()
 }
