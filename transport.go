@@ -177,6 +177,11 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 // An attempt counts (Error.Attempts, Stats, OnAttempt) once its request is
 // built: a body that cannot be made again (GetBody failed) sends nothing.
 func (c *call) send(a *admission) (*http.Response, error) {
+	if c.t.cfg.hooks.OnAttemptDone != nil {
+		// Before the attempt's timer is armed: the attempt's time
+		// runs from there.
+		c.sentAt = c.t.cfg.clock.Now()
+	}
 	out, timeout, err := c.attemptRequest()
 	if err != nil {
 		c.t.release(a)
@@ -188,9 +193,6 @@ func (c *call) send(a *admission) (*http.Response, error) {
 	}
 	if cfg := &c.t.cfg; cfg.hooks.OnAttempt != nil || cfg.logger != nil {
 		c.logAttempt()
-	}
-	if c.t.cfg.hooks.OnAttemptDone != nil {
-		c.sentAt = c.t.cfg.clock.Now()
 	}
 	resp, err := c.t.cfg.base.RoundTrip(out)
 	if resp == nil && err == nil {
