@@ -196,6 +196,8 @@ func TestRetryhttpDefaultsSucceedWhereNoRetriesFails(t *testing.T) {
 	cfg.policies = []string{"none", "retryhttp"}
 	// Every arrival well inside the outage, whatever the machine's load.
 	cfg.rate, cfg.outage = 2000, 600*time.Millisecond
+	// Enough retries at the tiny backoff (40 ms at most) to outlast it.
+	cfg.defaultsExtra = append(cfg.defaultsExtra, retryhttp.WithMaxRetries(30))
 	groups, _, _ := runTiny(t, cfg)
 
 	outage := groups[0]
