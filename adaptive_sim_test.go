@@ -102,25 +102,7 @@ func runCapWorld(t *testing.T, w capWorld, newRT func(base http.RoundTripper) ht
 		})
 		client := &http.Client{Transport: newRT(base)}
 		start := time.Now()
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for c := 0; c < w.callers; c++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < w.each; i++ {
-					if err := sendSim(client, fmt.Sprintf("%d-%d", c, i)); err != nil {
-						mu.Lock()
-						out.failed++
-						if len(out.errs) < 3 {
-							out.errs = append(out.errs, err.Error())
-						}
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		out.failed, out.errs = sendBurst(client, w.callers, w.each)
 		out.wall = time.Since(start)
 		st := srv.Stats()
 		out.attempts, out.refused, out.peak = st.Attempts, st.Statuses[http.StatusServiceUnavailable], st.PeakInService

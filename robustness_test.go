@@ -132,26 +132,7 @@ func runWorld(t *testing.T, w world, newRT func(base http.RoundTripper) http.Rou
 		})
 		client := &http.Client{Transport: newRT(base)}
 		start := time.Now()
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for c := 0; c < w.load.callers; c++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < w.load.each; i++ {
-					err := sendSim(client, fmt.Sprintf("%d-%d", c, i))
-					if err != nil {
-						mu.Lock()
-						out.failed++
-						if len(out.errs) < 3 {
-							out.errs = append(out.errs, err.Error())
-						}
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		out.failed, out.errs = sendBurst(client, w.load.callers, w.load.each)
 		out.wall = time.Since(start)
 		client.CloseIdleConnections()
 		st := srv.Stats()
@@ -166,6 +147,32 @@ func runWorld(t *testing.T, w world, newRT func(base http.RoundTripper) http.Rou
 		}
 	})
 	return out
+}
+
+// sendBurst has callers goroutines send each requests back to back through
+// client and waits for them all; it returns how many failed and the first
+// few failures.
+func sendBurst(client *http.Client, callers, each int) (failed int, errs []string) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if err := sendSim(client, fmt.Sprintf("%d-%d", c, i)); err != nil {
+					mu.Lock()
+					failed++
+					if len(errs) < 3 {
+						errs = append(errs, err.Error())
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return failed, errs
 }
 
 func sendSim(client *http.Client, id string) error {
