@@ -24,7 +24,7 @@ type admission struct {
 // admit admits the next attempt into *a (the zero admission when it fails).
 func (c *call) admit(a *admission) error {
 	t := c.t
-	u := t.upstreams.get(c.key, t.newUpstream)
+	u := t.upstreams.get(&c.key, t.newUpstream)
 	c.u = u
 	if c.attempts > 0 {
 		c.admitted = admitWait{} // zero before the first attempt

@@ -200,14 +200,38 @@ type upstreamTable struct {
 	last    atomic.Pointer[upstream]
 }
 
-// get returns the state for k, creating it with fresh when missing. Most
-// transports talk to one upstream: the last one found is checked first.
-func (tb *upstreamTable) get(k upstreamKey, fresh func() *upstream) *upstream {
-	if u := tb.last.Load(); u != nil && u.key == k {
+// get returns the state for *k, creating it with fresh when missing. Most
+// transports talk to one upstream: the last one found is checked first,
+// without the lock, and k is passed by pointer, not copied, on the way.
+func (tb *upstreamTable) get(k *upstreamKey, fresh func() *upstream) *upstream {
+	if u := tb.last.Load(); u != nil && u.key.is(k) {
 		return u
 	}
+	return tb.find(k, fresh)
+}
+
+// is reports whether k and o name the same upstream: k == o, the host
+// first, since that is what tells most keys apart.
+func (k *upstreamKey) is(o *upstreamKey) bool {
+	return k.host == o.host && k.scheme == o.scheme && k.custom == o.custom && k.model == o.model
+}
+
+// lastHost is the URL host of the upstream get found last: a host a
+// request was sent to, and so one validateRequest found valid. It is ""
+// before the first request and for keys from WithKeyFunc, which hold no
+// host.
+func (tb *upstreamTable) lastHost() string {
+	if u := tb.last.Load(); u != nil {
+		return u.key.host
+	}
+	return ""
+}
+
+// find is get past the last upstream found: under the read lock, then,
+// for a new upstream, the write lock.
+func (tb *upstreamTable) find(k *upstreamKey, fresh func() *upstream) *upstream {
 	tb.mu.RLock()
-	u := tb.m[k]
+	u := tb.m[*k]
 	tb.mu.RUnlock()
 	if u != nil {
 		if now := tb.arrived.Load(); u.touched.Load() != now {
@@ -218,7 +242,7 @@ func (tb *upstreamTable) get(k upstreamKey, fresh func() *upstream) *upstream {
 	}
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	if u = tb.m[k]; u != nil {
+	if u = tb.m[*k]; u != nil {
 		return u
 	}
 	if tb.m == nil {
@@ -228,9 +252,9 @@ func (tb *upstreamTable) get(k upstreamKey, fresh func() *upstream) *upstream {
 		tb.evict()
 	}
 	u = fresh()
-	u.key = k
+	u.key = *k
 	u.touched.Store(tb.arrived.Add(1))
-	tb.m[k] = u
+	tb.m[*k] = u
 	tb.last.Store(u)
 	return u
 }

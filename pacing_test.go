@@ -427,7 +427,7 @@ func TestAHoldPausesRequestsAlreadyWaitingForTheirSlot(t *testing.T) {
 	require.Eventually(t, func() bool { return calls.Load() == 9 }, 5*time.Second, time.Millisecond)
 
 	// A 429 elsewhere holds the upstream for 5s while it sleeps.
-	u := rt.upstreams.get(upstreamKey{scheme: "https", host: "api.test"}, nil)
+	u := rt.upstreams.get(&upstreamKey{scheme: "https", host: "api.test"}, nil)
 	pass{u: u}.observe(clk.Now(), RateLimits{}, 5*time.Second, true, true)
 
 	clk.Advance(50 * time.Millisecond) // its slot comes: it must not go yet
