@@ -323,10 +323,10 @@ type admitWait struct {
 // waitStart returns the start of a wait to be admitted: the clock's time
 // when a hook will read the wait, else the zero time, and waited ignores it.
 func (c *call) waitStart() time.Time {
-	if h := &c.t.cfg.hooks; h.OnAttempt == nil && h.OnGiveUp == nil {
-		return time.Time{}
+	if cfg := &c.t.cfg; cfg.hooks.OnAttempt != nil || cfg.hooks.OnGiveUp != nil {
+		return cfg.clock.Now()
 	}
-	return c.t.cfg.clock.Now()
+	return time.Time{}
 }
 
 // waited notes a wait to be admitted, for kind, that began at start. A

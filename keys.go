@@ -211,9 +211,17 @@ func (tb *upstreamTable) get(k *upstreamKey, fresh func() *upstream) *upstream {
 }
 
 // is reports whether k and o name the same upstream: k == o, the host
-// first, since that is what tells most keys apart.
+// first, since that is what tells most keys apart. Most keys have neither
+// a custom part nor a model: for them the lengths settle it, without the
+// call that comparing two strings of equal length makes.
 func (k *upstreamKey) is(o *upstreamKey) bool {
-	return k.host == o.host && k.scheme == o.scheme && k.custom == o.custom && k.model == o.model
+	if k.host != o.host || k.scheme != o.scheme {
+		return false
+	}
+	if len(k.custom)+len(k.model) == 0 {
+		return len(o.custom)+len(o.model) == 0
+	}
+	return k.custom == o.custom && k.model == o.model
 }
 
 // lastHost is the URL host of the upstream get found last: a host a

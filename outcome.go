@@ -83,6 +83,12 @@ func (o *outcome) status() int {
 	return 0
 }
 
+// plain reports an answer below 400: it goes to the caller as it is, with
+// no verdict for CheckResponse to keep.
+func (o *outcome) plain() bool {
+	return o.err == nil && o.resp.StatusCode < 400
+}
+
 // text names the outcome for logs and hooks: "503 Service Unavailable", the
 // error, or the stream's first event.
 func (o *outcome) text() string {
@@ -163,19 +169,16 @@ func scanHeader(h http.Header) headerScan {
 	} else if n <= len(plainKeys)+1 {
 		found := 0
 		if v, ok := h["Content-Type"]; ok {
-			s.contentType = v
-			found++
+			if s.contentType, found = v, 1; n == 1 {
+				return s // the commonest small header: no further lookup
+			}
 		}
 		for _, k := range plainKeys {
-			if found == n {
-				return s
-			}
 			if _, ok := h[k]; ok {
-				found++
+				if found++; found == n {
+					return s
+				}
 			}
-		}
-		if found == n {
-			return s
 		}
 		s.contentType = nil // found again below
 	}

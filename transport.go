@@ -102,6 +102,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.logAttemptDone(&o)
 		}
 		if !o.retry {
+			if o.plain() { // most requests: a 2xx or 3xx, no verdict to keep
+				return o.resp, nil
+			}
 			return c.finish(&o, nil)
 		}
 		if c.ctx.Err() != nil {
@@ -300,7 +303,7 @@ func (c *call) finish(o *outcome, stop *stopReason) (*http.Response, error) {
 		c.logGiveUp(o.status(), o.err, stop.err, why, false)
 	}
 	if o.err == nil {
-		if o.resp.StatusCode < 400 && stop == nil {
+		if stop == nil && o.plain() {
 			return o.resp, nil // no verdict to keep
 		}
 		if b := trackedBody(o.resp); b != nil {
