@@ -439,7 +439,7 @@ func (l *concurrencyLimit) observe(t limitTicket, s limitSignal, now time.Time) 
 		change, changed = l.changeLocked(why)
 		return false, change, changed
 	case limitRefused:
-		if t.k < 2 || t.k < limitSignalMin && !l.learned.Load() {
+		if k := max(t.k, int(l.inflight.Load())); k < 2 || k < limitSignalMin && !l.learned.Load() {
 			// Too few in flight to tell "full" from a hiccup (a proxy's
 			// stray 503, a slow answer): a limit learned from them would
 			// queue a healthy upstream's requests behind its slowest.

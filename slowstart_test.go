@@ -98,6 +98,6 @@ func TestSlowStartRampAfterTheProbe(t *testing.T) {
 
 	const step = 30 * time.Millisecond
 	for n, steps := range map[int]time.Duration{1: 0, 2: 1, 3: 1, 4: 2, 7: 2, 8: 3} {
-		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n), "request %d", n)
+		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n, 2), "request %d", n)
 	}
 }
