@@ -112,12 +112,13 @@ func runCapWorld(t *testing.T, w capWorld, newRT func(base http.RoundTripper) ht
 
 // TestCapacityWorlds runs every capacity world against the defaults and
 // holds each to no failed request, at most 5% of attempts refused, and at
-// least 0.7 of what the capacity allows. The target is 0.85: it is
-// not met on a cold upstream, whose slow start (a lone probe, then a ramp
-// doubling every one and a half round trips, kept so that servers with no
-// rate-limit headers are not answered with a wave of 429s; see gap() in
-// robustness_test.go) costs a 0.6 s run about 150 ms. Before the adaptive
-// limit, these worlds reached 0.20-0.67.
+// least 0.8 of what the capacity allows (the target is 0.85, which
+// these runs reach or come within 0.01 of: 0.8 leaves room for the order
+// in which simulated goroutines run). Before the ramp after a slow probe
+// quadrupled and went on answers, a cold upstream's slow start (a lone
+// probe, then a ramp doubling every one and a half round trips) cost a
+// 0.6 s run about 150 ms: 0.73-0.91. Before the adaptive limit, these
+// worlds reached 0.20-0.67.
 func TestCapacityWorlds(t *testing.T) {
 	for _, w := range capWorlds {
 		t.Run(w.name, func(t *testing.T) {
@@ -129,8 +130,8 @@ func TestCapacityWorlds(t *testing.T) {
 			if got.failed > 0 {
 				t.Errorf("%d of %d requests failed, e.g. %q", got.failed, w.requests(), got.errs)
 			}
-			if eff < 0.7 {
-				t.Errorf("%.2f of the capacity, below 0.7", eff)
+			if eff < 0.8 {
+				t.Errorf("%.2f of the capacity, below 0.8", eff)
 			}
 			if share > 0.05 {
 				t.Errorf("%.1f%% of attempts refused, over 5%%", 100*share)

@@ -571,3 +571,20 @@ func TestAdaptiveLimitIgnoresAStrayRefusalWithFewInFlight(t *testing.T) {
 	assert.False(t, d.answer(out[len(out)-1], limitRefused, time.Millisecond), "not taken as full")
 	assert.Equal(t, 0, d.limit(), "no limit learned")
 }
+
+// The attempts of a burst reach the upstream in any order: the one refused
+// may have been sent with few others out while many are out now. It says
+// "full" as much as the others. (Judged by its own count, it was taken for
+// a stray refusal and went to the backoff: a second's wait, in a world of
+// 20 ms answers, for the first requests of a slow start's step.)
+func TestAdaptiveLimitJudgesARefusalByAllThatIsInFlight(t *testing.T) {
+	d := newLimDriver(t, AdaptiveConcurrency{})
+	d.answer(d.send(), limitAccepted, time.Millisecond)
+	var out []limitTicket
+	for range 10 {
+		out = append(out, d.send())
+	}
+	require.Equal(t, 3, out[2].k)
+	assert.True(t, d.answer(out[2], limitRefused, time.Millisecond), "full: 10 in flight")
+	assert.Equal(t, 9, d.limit(), "0.9 × the 10 in flight")
+}

@@ -72,9 +72,10 @@ type slowStart struct {
 
 // ramp is the ramp the queue goes on after a slow probe's answer that
 // neither paces nor holds the upstream (see slowProbe). Each step goes once
-// every attempt sent before it (the step before it included) has answered,
-// so that a refusal among them is seen first, or at its time (see
-// rampFrom), whichever comes first.
+// as many answers are in as attempts were sent up to the last request of
+// the step before it, so that a 429 among them is seen first, or at its
+// time (see rampFrom), whichever comes first. A 429 halts it: the steps
+// still to go keep their times, and the pace or hold the 429 set.
 type ramp struct {
 	sizes   []int     // requests in each step, from 0
 	gone    int       // the last step let go
@@ -88,10 +89,37 @@ type ramp struct {
 // and the ramp is over by end.
 func (r *ramp) begin(sizes []int, sent uint64, end time.Time) {
 	r.sizes, r.gone, r.stepAt, r.end = sizes, 0, 0, end
-	if len(sizes) > 1 {
-		r.stepAt = sent + uint64(sizes[0])
+	r.next(sent)
+}
+
+// next sets the count of answers the step after the last one let go
+// waits for: what was sent so far and that step's requests, at least (see
+// leaving); none if it was the last.
+func (r *ramp) next(sent uint64) {
+	r.stepAt = 0
+	if r.gone+1 < len(r.sizes) {
+		r.stepAt = sent + uint64(r.sizes[r.gone])
 	}
 }
+
+// leaving is told that a request of step k goes, to be the seq-th attempt
+// sent: the next step waits for its answer and for those of every attempt
+// sent before it. A step that goes at its time, before the answers let it,
+// is let go as if they had.
+func (r *ramp) leaving(k int, seq uint64) {
+	switch {
+	case r.stepAt == 0:
+	case k == r.gone:
+		r.stepAt = max(r.stepAt, seq)
+	case k > r.gone:
+		r.gone = k
+		r.next(seq - 1)
+	}
+}
+
+// halt stops the ramp from going on answers: a 429 came, and the steps
+// still to go keep their times (and the pace or hold the 429 set).
+func (r *ramp) halt() { r.stepAt = 0 }
 
 // due reports whether step k (from 0) may go.
 func (r *ramp) due(k int) bool { return k <= r.gone }
@@ -111,10 +139,7 @@ func (r *ramp) answered(replies, sent uint64) {
 		return
 	}
 	r.gone++
-	r.stepAt = 0
-	if r.gone+1 < len(r.sizes) {
-		r.stepAt = sent + uint64(r.sizes[r.gone])
-	}
+	r.next(sent)
 	r.stepped.fire()
 }
 

@@ -100,4 +100,69 @@ func TestSlowStartRampAfterTheProbe(t *testing.T) {
 	for n, steps := range map[int]time.Duration{1: 0, 2: 1, 3: 1, 4: 2, 7: 2, 8: 3} {
 		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n, 2), "request %d", n)
 	}
+	// Quadrupling: the probe and 3 make 4, 12 more make 16, 48 more 64.
+	for n, steps := range map[int]time.Duration{1: 0, 3: 0, 4: 1, 15: 1, 16: 2, 63: 2, 64: 3} {
+		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n, 4), "request %d", n)
+	}
+	assert.False(t, s.slowProbe(now.Add(rampSlowRTT-time.Nanosecond)), "a fast probe: the ramp doubles, on its times")
+	assert.True(t, s.slowProbe(now.Add(rampSlowRTT)))
+}
+
+// The ramp after a slow probe lets each step go once everything sent before
+// it has answered, and no sooner: a 429 among those answers is seen first.
+func TestSlowStartRampGoesOnAnswers(t *testing.T) {
+	var r ramp
+	now := testStart
+	r.begin([]int{3, 12, 20}, 1, now.Add(90*time.Millisecond)) // the probe was sent
+	assert.True(t, r.due(0), "step 0 goes at once")
+	assert.False(t, r.due(1))
+	assert.True(t, r.active(now))
+	woken := r.stepped.wait()
+
+	r.answered(2, 4) // the probe and one of step 0: 2 answers of the 4 sent
+	r.answered(3, 5) // another, and one more was sent meanwhile
+	assert.False(t, r.due(1), "step 0 is still out")
+	assert.False(t, closed(woken))
+	r.answered(4, 5)
+	assert.True(t, r.due(1), "everything sent before step 1 has answered")
+	assert.True(t, closed(woken), "its requests are woken")
+	assert.False(t, r.due(2))
+
+	// Step 2 waits for the 5 sent before step 1 went and step 1's 12.
+	r.answered(16, 19)
+	assert.False(t, r.due(2))
+	r.answered(17, 19)
+	assert.True(t, r.due(2))
+	assert.False(t, r.active(now), "the last step has gone")
+
+	// The requests of a step that leave after others were sent raise
+	// what the next step waits for: its answer, and those before it.
+	r.begin([]int{3, 12, 48}, 1, now.Add(90*time.Millisecond))
+	assert.Equal(t, uint64(4), r.stepAt)
+	r.leaving(0, 2)
+	r.leaving(0, 3)
+	r.leaving(0, 6) // two callers sent their next request before it
+	r.answered(4, 6)
+	assert.False(t, r.due(1), "the last of step 0 has not answered")
+	r.answered(6, 6)
+	assert.True(t, r.due(1))
+	r.leaving(2, 30) // step 2 went at its time, before the answers let it
+	assert.True(t, r.due(2))
+	assert.False(t, r.active(now), "nothing left to go on answers")
+
+	// A 429 halts the ramp: the steps left keep their times.
+	r.begin([]int{3, 12, 48}, 1, now.Add(90*time.Millisecond))
+	r.halt()
+	r.answered(100, 100)
+	assert.False(t, r.due(1))
+	assert.False(t, r.active(now))
+
+	r.begin(nil, 19, now.Add(time.Second))
+	assert.False(t, r.active(now), "a fast probe's ramp goes on its times only")
+	assert.True(t, r.due(0))
+	assert.False(t, r.due(1))
+
+	r.begin([]int{3, 12}, 1, now.Add(30*time.Millisecond))
+	assert.True(t, r.active(now))
+	assert.False(t, r.active(now.Add(30*time.Millisecond)), "over once its last step's time has come, answered or not")
 }

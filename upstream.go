@@ -192,7 +192,8 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	if u.reprobeIfDue(now); t.reprobes != u.hold.reprobes {
 		return time.Time{}, nil, true
 	}
-	if t.step > 0 && u.start.ramp.due(t.step-1) {
+	step := t.step // on the ramp, from 1
+	if step > 0 && u.start.ramp.due(step-1) {
 		// The steps of the ramp before its own have answered: it
 		// goes now (or takes a paced slot, if a 429 came meanwhile).
 		if t.step = 0; t.at.After(now) {
@@ -235,6 +236,9 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	}
 	if short := u.shortfall(now, u.sent-u.replies); short > 0 {
 		return now.Add(short), nil, false
+	}
+	if step > 0 {
+		u.start.ramp.leaving(step-1, u.sent+1) // it is the next sent
 	}
 	return time.Time{}, nil, false
 }
@@ -352,7 +356,11 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	u.free.Store(false) // schedule decides again, on the clock
 	if p.sent > 0 {
 		u.replies++
-		u.start.ramp.answered(u.replies, u.sent)
+		if throttled {
+			u.start.ramp.halt()
+		} else {
+			u.start.ramp.answered(u.replies, u.sent)
+		}
 	}
 	if gotResponse {
 		u.answered(now, throttled)
