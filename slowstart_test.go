@@ -1,11 +1,16 @@
 package retryhttp
 
 import (
+	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhttp/retryhttp/internal/fakeclock"
 )
 
 // giveAt gives each waiter a turn n milliseconds after now, and records
@@ -165,4 +170,100 @@ func TestSlowStartRampGoesOnAnswers(t *testing.T) {
 	r.begin([]int{3, 12}, 1, now.Add(30*time.Millisecond))
 	assert.True(t, r.active(now))
 	assert.False(t, r.active(now.Add(30*time.Millisecond)), "over once its last step's time has come, answered or not")
+}
+
+// gatedUpstream answers each attempt with a header-less 200 when the test
+// opens its gate.
+type gatedUpstream struct {
+	calls atomic.Int32
+	gates chan chan struct{}
+}
+
+func newGatedUpstream() *gatedUpstream { return &gatedUpstream{gates: make(chan chan struct{}, 64)} }
+
+func (g *gatedUpstream) RoundTrip(*http.Request) (*http.Response, error) {
+	g.calls.Add(1)
+	gate := make(chan struct{})
+	g.gates <- gate
+	<-gate
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}, nil
+}
+
+// answer opens the gates of the next n attempts to arrive.
+func (g *gatedUpstream) answer(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case gate := <-g.gates:
+			close(gate)
+		case <-time.After(5 * time.Second):
+			t.Fatal("an attempt never came")
+		}
+	}
+}
+
+// burstBehindProbe sends one request, waits for it to reach the upstream,
+// then sends n more, which queue behind it; it returns a wait for all.
+func burstBehindProbe(t *testing.T, rt http.RoundTripper, up *gatedUpstream, clk *fakeclock.Clock, n int) func() {
+	var wg sync.WaitGroup
+	send := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := rt.RoundTrip(get(t, "https://api.test/x")); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	send()
+	require.Eventually(t, func() bool { return up.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	pending := clk.Pending()
+	for range n {
+		send()
+	}
+	require.True(t, clk.WaitForTimers(pending+n, 5*time.Second), "the burst waits behind the probe")
+	return wg.Wait
+}
+
+// After a probe that took 20 ms, the queue goes on a ramp that quadruples:
+// 3 at once, then 12 as soon as those 3 have answered, without waiting for
+// the step's time (30 ms).
+func TestSlowStartRampAfterASlowProbeGoesOnAnswers(t *testing.T) {
+	clk := fakeclock.New(testStart)
+	up := newGatedUpstream()
+	rt := New(up, WithClock(clk))
+	wait := burstBehindProbe(t, rt, up, clk, 15)
+	pending := clk.Pending()
+
+	clk.Advance(20 * time.Millisecond)
+	up.answer(t, 1) // the probe
+	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond, "the probe and 3")
+	require.True(t, clk.WaitForTimers(pending-3, 5*time.Second), "the 12 others wait for their step")
+	assert.Equal(t, int32(4), up.calls.Load())
+
+	up.answer(t, 3) // the clock does not move
+	require.Eventually(t, func() bool { return up.calls.Load() == 16 }, 5*time.Second, time.Millisecond, "step 1 goes on the answers of step 0")
+	up.answer(t, 12)
+	wait()
+}
+
+// After a fast probe (2 ms), the ramp doubles on its times, answers or not:
+// a header-less server that refuses past a small burst sees a few 429s, not
+// a wave.
+func TestSlowStartRampAfterAFastProbeKeepsItsTimes(t *testing.T) {
+	clk := fakeclock.New(testStart)
+	up := newGatedUpstream()
+	rt := New(up, WithClock(clk))
+	wait := burstBehindProbe(t, rt, up, clk, 3)
+
+	clk.Advance(2 * time.Millisecond)
+	up.answer(t, 1)
+	require.Eventually(t, func() bool { return up.calls.Load() == 2 }, 5*time.Second, time.Millisecond, "the probe and 1")
+	up.answer(t, 1)
+	require.True(t, clk.WaitForTimers(2, 5*time.Second), "the other 2 wait for their step")
+	assert.Equal(t, int32(2), up.calls.Load(), "an answer does not let them go")
+	clk.Advance(3 * time.Millisecond) // a step and a half of the probe's 2 ms
+	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond)
+	up.answer(t, 2)
+	wait()
 }
