@@ -270,8 +270,10 @@ type concurrencyLimit struct {
 // newConcurrencyLimit returns the limit a describes, or nil when it is
 // disabled.
 // limitSignalMin is the fewest attempts in flight (the refused one
-// included) at which a refusal first says the upstream is full; once a
-// limit is learned, any refusal refines it. Below it, random
+// included, counted when it was sent or when its answer came, whichever is
+// more: a burst reaches the server in any order) at which a refusal first
+// says the upstream is full; once a limit is learned, any refusal refines
+// it. Below it, random
 // 503s at a healthy upstream with a few requests out learned limits of one
 // or two, and a flaky network's p50 went from under a millisecond to 0.9 s
 // (retrysim's flaky scenario). A capacity below it is left to the breaker

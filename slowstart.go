@@ -14,10 +14,13 @@ import (
 // is slow. The probe's answer decides what follows:
 //
 //   - no rate-limit headers: the upstream is open; the requests queued
-//     behind the probe go on a doubling ramp, one and a half round trips
-//     of the probe apart (1, 2, 4, 8, ...), so a server that is at its limit answers
-//     the first few with a 429 before the rest are sent; later requests go
-//     at once, as if this stage did not exist;
+//     behind the probe go on a ramp, so that a server at its limit answers
+//     the first few with a 429 (or a 503) before the rest are sent: after
+//     a fast probe, doubling (1, 2, 4, 8, ...) one and a half round trips
+//     of the probe apart; after a slow one (see slowProbe), quadrupling
+//     (3, 12, 48, ...), each step as soon as what was sent before it has
+//     answered (see ramp). Later requests go at once, as if this stage did
+//     not exist;
 //   - rate-limit headers: requests are paced (see pacer).
 //
 // A probe that takes longer than slowStartMax tells nothing in time: slow
