@@ -286,6 +286,9 @@ func (u *upstream) holdUntil(now, at time.Time, byQuota bool) bool {
 // probe's answer is in (not: it took too long, or was called off), so its
 // round trip is known.
 func (u *upstream) openLocked(now time.Time, answered bool) {
+	if u.start.phase != probing {
+		return // open already: a ramp under way goes on
+	}
 	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
 	step, factor := u.start.rampStep(now), 2
 	clocked := answered && u.start.slowProbe(now)
