@@ -140,6 +140,24 @@ func TestCapacityWorlds(t *testing.T) {
 	}
 }
 
+// TestCapacityThatGrowsIsFound: a server that gets its replicas back (10,
+// then 50 slots from 0.3 s on). The limit learned at 10 must find 50: a
+// refusal far past the level found is the new capacity's, not a failed
+// probe to go back from (before: 0.58 of what the capacity allows, a
+// saw-tooth between 10 and 50, now 0.78-0.80; 25 to 50 slots: 0.71, now
+// 0.88).
+func TestCapacityThatGrowsIsFound(t *testing.T) {
+	w := capWorld{name: "10to50slots-20ms-150c", slots: 10, hold: 20 * time.Millisecond, callers: 150, each: 10,
+		changes: []retrytest.CapacityChange{{At: 300 * time.Millisecond, Max: 50}}}
+	got := runCapWorld(t, w, func(b http.RoundTripper) http.RoundTripper { return New(b) })
+	eff := float64(w.ideal()) / float64(got.wall)
+	t.Logf("%.2f of the capacity (wall %v, ideal %v), %d failed, %d of %d attempts refused, peak %d",
+		eff, got.wall.Round(time.Millisecond), w.ideal().Round(time.Millisecond), got.failed, got.refused, got.attempts, got.peak)
+	assert.Zero(t, got.failed)
+	assert.GreaterOrEqual(t, eff, 0.7)
+	assert.LessOrEqual(t, float64(got.refused)/float64(got.attempts), 0.05)
+}
+
 // TestCapacityRefusalsDoNotTripTheBreaker: an upstream at capacity serves
 // most requests; its 503s are the limiter's to act on, not the breaker's.
 // Before the limiter, a first wave of refusals larger than what had been
