@@ -99,6 +99,20 @@ type pacer struct {
 	cutSent  uint64        // the attempts sent when the rate was last cut
 	since    time.Time     // when the observed mode began
 	cuts     int           // cuts in the observed mode's first second
+	served   uint64        // successes answered so far (see streak)
+	streak   refusals      // the first 429 of the latest run of them
+	runEst   float64       // the rate the latest run measured; 0: none
+	inRun    bool          // the latest 429 extends a run (see runRate)
+	since0   float64       // the rate the observed mode began at
+}
+
+// refusals marks the first 429 of a run of them: when it came and the
+// successes answered by then. Each 429 finds the server's bucket empty, so
+// the successes between two of them, a run's first and its latest, are
+// what it refilled in between (within one unit): the rate it accepts.
+type refusals struct {
+	at     time.Time
+	served uint64
 }
 
 // paceMode is where the pacer's rate comes from.
@@ -170,6 +184,18 @@ const (
 	// unusedSpan is the span over which useMore looks for quota left
 	// unused.
 	unusedSpan = time.Second
+	// runMin, runCount and runMax bound the runs of 429s that measure
+	// the rate (see runRate): at least runMin and runCount successes
+	// long, at most runMax; runGap is the longest hold within one.
+	// runShare is the share of the measured rate paced at.
+	runMin   = 100 * time.Millisecond
+	runCount = 4
+	runMax   = 2 * time.Second
+	runGap   = 250 * time.Millisecond
+	runShare = 0.95
+	// runBackoff is what a 429 within a run too short to measure leaves
+	// of the observed rate.
+	runBackoff = 0.85
 	// maxCapacity is the largest burst the pace clock keeps (setCapacity).
 	maxCapacity = 1 << 20
 )
@@ -367,6 +393,7 @@ func (p *pacer) answered(now time.Time, throttled bool) {
 		return
 	}
 	p.accepts.add(now)
+	p.served++
 	if p.mode == paceObserved && now.Sub(later(p.lastNoes, p.since)) > observedFor {
 		p.forget(now) // the server stopped refusing long ago
 		return
@@ -429,6 +456,7 @@ func (p *pacer) forget(now time.Time) {
 // rate accepted over the last second (or the one a sub-second hint
 // implies); one that was on is cut.
 func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent uint64) {
+	p.runEst, p.inRun = p.runRate(now)
 	if p.rate > 0 {
 		p.cut(now, sent)
 		return
@@ -439,6 +467,7 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent u
 	p.observe(now)
 	if hint > 0 && hint < time.Second {
 		p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
+		p.since0 = p.rate
 		p.setPace(now, p.paceOf(p.rate))
 	}
 }
@@ -455,6 +484,7 @@ func (p *pacer) observe(now time.Time) {
 	if p.rate == 0 { // from a pace, its rate is where observing starts
 		p.rate = max(p.accepts.perSecond(now), 1)
 	}
+	p.since0 = p.rate
 	p.setPace(now, p.paceOf(p.rate))
 	p.setCapacity(now, 1)
 }
@@ -479,7 +509,11 @@ func (p *pacer) setCapacity(now time.Time, capacity float64) {
 // with it. The rate is cut once per round trip, as TCP does once per
 // window: an answer to an attempt sent before the last cut is old news.
 func (p *pacer) cut(now time.Time, sent uint64) {
-	if sent > 0 && sent <= p.cutSent {
+	if sent <= p.cutSent {
+		// An answer to an attempt sent before the last cut, or sent
+		// while the upstream was free (unnumbered, 0): before any pace,
+		// so it says nothing of it. Counted as cuts, slow start's herd
+		// would slow the first climb to the rate.
 		return
 	}
 	p.cutSent = p.sent
@@ -488,6 +522,26 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 	}
 	accepted := p.accepts.perSecond(now)
 	switch {
+	case p.mode == paceObserved && p.runEst > 0:
+		// The run of 429s measured the rate: pace just under it.
+		p.rate = max(p.rate*rateBackoff, runShare*p.runEst)
+		p.ceiling = p.rate
+		p.proven = min(p.proven, p.rate)
+		p.grewAt = now
+		p.setPace(now, p.paceOf(p.rate))
+		return
+	case p.mode == paceObserved && p.ceiling == 0 && p.cuts == 0 && p.rate >= 2*p.since0:
+		// The first climb, doubling since the observed mode began,
+		// overshot: the step before held for a growEvery without a
+		// 429, so it is where the pace goes back to. A cut by
+		// rateBackoff alone leaves it above the server's rate, for
+		// another 429 or two (a bucket of one refuses at once).
+		p.rate /= 2
+		p.ceiling = p.rate
+		p.proven = min(p.proven, p.rate)
+		p.grewAt = now
+		p.setPace(now, p.paceOf(p.rate))
+		return
 	case p.mode == paceObserved && now.Sub(p.since) < time.Second:
 		// Too soon to tell the server's rate from its successes (a
 		// refusal now may be the drained burst's): the rate rises
@@ -495,8 +549,19 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 		p.cuts++
 	case p.mode == paceObserved:
 		// Sent above what the server takes for a second, the successes
-		// of that second are its rate: come back up to them.
-		p.ceiling = max(accepted, p.rate*rateBackoff)
+		// of that second are its rate: come back up to them. A 429
+		// soon after a cut, too soon to measure the rate, comes from
+		// a rate cut once already: it is cut by less.
+		backoff := rateBackoff
+		if p.inRun {
+			backoff = runBackoff
+		}
+		p.ceiling = max(accepted, p.rate*backoff)
+		p.rate = max(p.rate*backoff, 0.95*accepted)
+		p.proven = min(p.proven, p.rate)
+		p.grewAt = now
+		p.setPace(now, p.paceOf(p.rate))
+		return
 	default:
 		p.ceiling = p.rate * 0.9
 	}
@@ -939,6 +1004,27 @@ func windowBounds(q Quota, left float64) (lo, hi float64) {
 		hi = r / (left - 1)
 	}
 	return lo, hi
+}
+
+// runRate is the rate the server accepted over the run of 429s that the
+// one at now extends: the successes since the run's first, over the time
+// between; 0 when the run is too short to tell, or when a hold broke it
+// (the bucket may have filled and thrown refill away): a new run starts
+// here.
+//
+// inRun reports that the 429 at now extends a run, measured or not.
+func (p *pacer) runRate(now time.Time) (rate float64, inRun bool) {
+	s := p.streak
+	span := now.Sub(s.at)
+	if s.at.IsZero() || span > runMax || p.holdEnd.Sub(s.at) > runGap {
+		p.streak = refusals{at: now, served: p.served}
+		return 0, false
+	}
+	n := p.served - s.served
+	if span < runMin || n < runCount {
+		return 0, true
+	}
+	return float64(n) / span.Seconds(), true
 }
 
 // acceptCounter counts successes over about the last second, in ten

@@ -138,3 +138,77 @@ func TestAWindowsLastUnitIsLetGoOnceBeforeItIsSent(t *testing.T) {
 	p.sentOne()
 	assert.Positive(t, p.shortfall(now, 1), "sent, it still counts")
 }
+
+// refuse tells p of an attempt sent (numbered: sent on the pace) and
+// refused at now, with no rate-limit headers.
+func refuse(p *pacer, now time.Time) {
+	p.sent++
+	p.answered(now, true)
+	p.throttled(now, false, 0, p.sent)
+}
+
+// serve tells p of an attempt sent on the pace and served at now.
+func serve(p *pacer, now time.Time) {
+	p.sent++
+	p.answered(now, false)
+}
+
+func TestTheFirstClimbThatOvershootsGoesBackAStep(t *testing.T) {
+	// No headers: observing from 2 a second, the climb doubles while
+	// requests wait (4, then 8); 8 draws a 429. A bucket of one at 5 a
+	// second refuses anything above it, so a cut to 70% (5.6) drew a
+	// second 429 at once: the step before, 4, held without one.
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 2
+	p.setPace(now, p.paceOf(2))
+	p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+	for p.rate < 8 {
+		now = now.Add(growEvery)
+		serve(p, now)
+	}
+	require.Equal(t, 8.0, p.rate)
+	now = now.Add(10 * time.Millisecond)
+	refuse(p, now)
+	assert.Equal(t, 4.0, p.rate, "back to the step that held")
+}
+
+func TestAnswersSentWhileFreeDoNotCutTheObservedPace(t *testing.T) {
+	// Slow start's herd went while the upstream was free (unnumbered: 0);
+	// its 429s come back after the first one started the observed mode.
+	p := &pacer{}
+	now := testStart
+	p.sent++
+	p.answered(now, true)
+	p.throttled(now, false, 0, p.sent)
+	rate := p.rate
+	for i := 0; i < 5; i++ {
+		p.answered(now, true)
+		p.throttled(now, false, 0, 0)
+	}
+	assert.Equal(t, rate, p.rate, "the herd's refusals say nothing of the pace")
+	assert.Zero(t, p.cuts)
+}
+
+func TestARunOf429sMeasuresTheRate(t *testing.T) {
+	// Paced above a bucket that refills 40 a second: a 429, then 40 a
+	// second served for half a second, then another 429 at 50 a second.
+	// The bucket was empty at both: the successes between are its
+	// refill, and the pace goes just under it, not to 70% of 50 (35).
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 60
+	p.setPace(now, p.paceOf(60))
+	p.since = now.Add(-2 * time.Second) // past the first second
+	p.cutSent = 0
+	refuse(p, now)
+	p.rate = 50 // as if the pace had climbed back
+	for i := 0; i < 20; i++ {
+		now = now.Add(25 * time.Millisecond)
+		serve(p, now)
+	}
+	refuse(p, now.Add(time.Millisecond))
+	assert.InDelta(t, runShare*40, p.rate, 1, "paced just under the measured rate")
+}
