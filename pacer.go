@@ -103,6 +103,7 @@ type pacer struct {
 	streak   refusals      // the first 429 of the latest run of them
 	runEst   float64       // the rate the latest run measured; 0: none
 	inRun    bool          // the latest 429 extends a run (see runRate)
+	wentAt   time.Time     // when the observed pace last let an attempt go (see spacing)
 	since0   float64       // the rate the observed mode began at
 }
 
@@ -113,6 +114,7 @@ type pacer struct {
 type refusals struct {
 	at     time.Time
 	served uint64
+	rate   float64 // the pace's rate after the first 429 was taken in
 }
 
 // paceMode is where the pacer's rate comes from.
@@ -301,6 +303,9 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 // shortfall is at most one unit at the proven rate, so a model that is
 // wrong cannot keep the upstream idle (the answer corrects it).
 func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
+	if p.mode == paceObserved {
+		return p.spacing(now)
+	}
 	l := p.latest
 	if p.lumpy {
 		return p.windowShortfall(now)
@@ -323,6 +328,21 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 		d = min(d, float64(p.bound))
 	}
 	return time.Duration(d)
+}
+
+// spacing is shortfall in the observed mode: an attempt goes no sooner than
+// an interval after the last one the pace let go. The pace clock lets a
+// request whose slot has passed go at once (its waiter woke late, or the
+// pace quickened under it), and the next on its own slot just after: a
+// server that refuses above its rate, a bucket of one first, refuses the
+// pair's second. Nothing but 429s tells the rate here, so none is spent on
+// that.
+func (p *pacer) spacing(now time.Time) time.Duration {
+	if next := p.wentAt.Add(p.interval); p.interval > 0 && next.After(now) {
+		return next.Sub(now)
+	}
+	p.wentAt = now
+	return 0
 }
 
 // windowShortfall is shortfall for a fixed window: nothing comes back
@@ -457,6 +477,11 @@ func (p *pacer) forget(now time.Time) {
 // implies); one that was on is cut.
 func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent uint64) {
 	p.runEst, p.inRun = p.runRate(now)
+	defer func() {
+		if p.streak.at.Equal(now) {
+			p.streak.rate = p.rate
+		}
+	}()
 	if p.rate > 0 {
 		p.cut(now, sent)
 		return
@@ -466,10 +491,19 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent u
 	}
 	p.observe(now)
 	if hint > 0 && hint < time.Second {
-		p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
+		// The time to the next unit: the bucket holds less than one,
+		// so it refills slower than a unit per hint. Paced a margin
+		// under that bound, and no faster until a 429 says more (the
+		// ceiling: above it the rate only creeps).
+		p.rate = max(p.rate, paceMargin/hint.Seconds())
+		p.ceiling = p.rate
 		p.since0 = p.rate
 		p.setPace(now, p.paceOf(p.rate))
 	}
+	// The server's bucket is empty now: the pace's first slot is a unit
+	// away, not now (with no hold, a Retry-After absent or already past,
+	// a slot now is a 429 for sure).
+	p.tatV = max(p.tatV, p.slotsAt(now)+1)
 }
 
 // observe starts the observed mode: at the pace's rate, or without one at
@@ -1024,7 +1058,15 @@ func (p *pacer) runRate(now time.Time) (rate float64, inRun bool) {
 	if span < runMin || n < runCount {
 		return 0, true
 	}
-	return float64(n) / span.Seconds(), true
+	rate = float64(n) / span.Seconds()
+	if rate > s.rate {
+		// Paced below what the server accepted since the run began
+		// (climbing from a first guess), the bucket was not kept
+		// empty: it refilled, perhaps to full, and threw refill away.
+		p.streak = refusals{at: now, served: p.served}
+		return 0, false
+	}
+	return rate, true
 }
 
 // acceptCounter counts successes over about the last second, in ten

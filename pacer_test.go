@@ -202,6 +202,7 @@ func TestARunOf429sMeasuresTheRate(t *testing.T) {
 	p.rate = 60
 	p.setPace(now, p.paceOf(60))
 	p.since = now.Add(-2 * time.Second) // past the first second
+	p.ceiling = 45                      // past the first climb too
 	p.cutSent = 0
 	refuse(p, now)
 	p.rate = 50 // as if the pace had climbed back
