@@ -170,7 +170,7 @@ const (
 	// growAfterCut is the rise per growEvery after a cut, before a
 	// second of observation has set a ceiling.
 	growAfterCut = 1.25
-	growCreep    = 1.001
+	growCreep    = 1.002
 	// observedFor is how long the observed mode outlives the last 429 (or
 	// its start):
 	// a server that has stopped refusing is not paced by old refusals.
