@@ -493,10 +493,10 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent u
 	if hint > 0 && hint < time.Second {
 		// The time to the next unit: the bucket holds less than one,
 		// so it refills slower than a unit per hint. Paced a margin
-		// under that bound, and no faster until a 429 says more (the
-		// ceiling: above it the rate only creeps).
+		// under that bound. (Not capped there: a Retry-After in whole
+		// seconds, or a date, may name less than a second that is no
+		// unit's time at all.)
 		p.rate = max(p.rate, paceMargin/hint.Seconds())
-		p.ceiling = p.rate
 		p.since0 = p.rate
 		p.setPace(now, p.paceOf(p.rate))
 	}
@@ -543,11 +543,14 @@ func (p *pacer) setCapacity(now time.Time, capacity float64) {
 // with it. The rate is cut once per round trip, as TCP does once per
 // window: an answer to an attempt sent before the last cut is old news.
 func (p *pacer) cut(now time.Time, sent uint64) {
-	if sent <= p.cutSent {
-		// An answer to an attempt sent before the last cut, or sent
-		// while the upstream was free (unnumbered, 0): before any pace,
-		// so it says nothing of it. Counted as cuts, slow start's herd
-		// would slow the first climb to the rate.
+	if sent > 0 && sent <= p.cutSent {
+		return
+	}
+	if sent == 0 && p.mode == paceObserved {
+		// An answer to an attempt sent while the upstream was free
+		// (unnumbered): before the observed pace, so it says nothing
+		// of it. Counted as cuts, slow start's herd would slow the
+		// first climb to the rate.
 		return
 	}
 	p.cutSent = p.sent

@@ -408,7 +408,15 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 		}
 		at := q.Reset
 		if d == Requests && (l.Replenishing || l.Window > 0 || u.coarse || u.mode == paceObserved) {
-			if unit := u.unitAfter(); unit > 0 && now.Add(unit).Before(at) {
+			unit := u.unitAfter()
+			if unit == 0 && l.Window > 0 && q.HasLimit && q.Limit > 0 {
+				// A policy states the rate before the pacer has
+				// learnt it (this is its first reading): the next
+				// unit is a window's share away, not its reset (a
+				// whole second, for a bucket of one at 5 a second).
+				unit = l.Window / time.Duration(q.Limit)
+			}
+			if unit > 0 && now.Add(unit).Before(at) {
 				at = now.Add(unit)
 			}
 		}
