@@ -213,3 +213,31 @@ func TestARunOf429sMeasuresTheRate(t *testing.T) {
 	refuse(p, now.Add(time.Millisecond))
 	assert.InDelta(t, runShare*40, p.rate, 1, "paced just under the measured rate")
 }
+
+func TestTheObservedPaceStartsAUnitAfterThe429(t *testing.T) {
+	// A 429 with no hold (no Retry-After, or a date already past): the
+	// server's bucket is empty, so the first slot is a unit away.
+	p := &pacer{}
+	now := testStart
+	p.sent++
+	p.answered(now, true)
+	p.throttled(now, false, 0, p.sent)
+	require.Equal(t, paceObserved, p.mode)
+	first := p.book(now)
+	assert.Equal(t, now.Add(p.interval), first.at, "not now: a slot now is a 429 for sure")
+}
+
+func TestTheObservedPaceSpacesAttemptsAnIntervalApart(t *testing.T) {
+	// A request whose slot passed (its waiter woke late) goes at once;
+	// the next, on its own slot just after, waits out the interval from
+	// it: a bucket of one refuses anything sooner.
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 5
+	p.setPace(now, p.paceOf(5))
+	assert.Zero(t, p.shortfall(now, 0), "the first goes")
+	later := now.Add(150 * time.Millisecond)
+	assert.Equal(t, 50*time.Millisecond, p.shortfall(later, 1), "the next waits until an interval after it")
+	assert.Zero(t, p.shortfall(now.Add(200*time.Millisecond), 1))
+}

@@ -667,3 +667,14 @@ func TestAnAbandonedProbeReleasesTheQueueBehindIt(t *testing.T) {
 	}
 	assert.Equal(t, now.Add(10*time.Millisecond), u.claim(w).at, "its turn is now")
 }
+
+func TestAPolicysFirstEmptyReadingHoldsOneUnitNotTheWholeReset(t *testing.T) {
+	// An IETF policy of 5 a second over a bucket of one: the first
+	// answer reads empty, the reset a whole second away (rounded up).
+	// The next unit is a fifth of a second away, as the policy says.
+	u := &upstream{start: slowStart{phase: open}}
+	now := testStart
+	l := ParseRateLimits(peHeader("RateLimit", `"default";r=0;t=1`, "RateLimit-Policy", `"default";q=5;w=1`), now)
+	pass{u: u, sent: 1}.observe(now, l, 0, false, true)
+	assert.Equal(t, now.Add(200*time.Millisecond), u.hold.end, "held one unit at the policy's rate")
+}
