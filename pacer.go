@@ -472,10 +472,10 @@ func (p *pacer) forget(now time.Time) {
 
 // throttled reacts to a 429 answering attempt sent. stated reports that the
 // response carried rate-limit state (learn has it); hint is the wait the
-// server named, 0 if none. A pacer that was off starts observing at the
+// server named, 0 if none; fine, that it named it in milliseconds. A pacer that was off starts observing at the
 // rate accepted over the last second (or the one a sub-second hint
 // implies); one that was on is cut.
-func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent uint64) {
+func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine bool, sent uint64) {
 	p.runEst, p.inRun = p.runRate(now)
 	defer func() {
 		if p.streak.at.Equal(now) {
@@ -493,11 +493,15 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent u
 	if hint > 0 && hint < time.Second {
 		// The time to the next unit: the bucket holds less than one,
 		// so it refills slower than a unit per hint. Paced a margin
-		// under that bound. (Not capped there: a Retry-After in whole
-		// seconds, or a date, may name less than a second that is no
-		// unit's time at all.)
+		// under that bound; named to the millisecond, it is the
+		// ceiling too (a climb past it doubles into a 429 for sure).
+		// A Retry-After in whole seconds, or a date, may name less
+		// than a second that is no unit's time at all: no ceiling.
 		p.rate = max(p.rate, paceMargin/hint.Seconds())
 		p.since0 = p.rate
+		if fine {
+			p.ceiling = p.rate
+		}
 		p.setPace(now, p.paceOf(p.rate))
 	}
 	// The server's bucket is empty now: the pace's first slot is a unit

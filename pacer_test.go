@@ -144,7 +144,7 @@ func TestAWindowsLastUnitIsLetGoOnceBeforeItIsSent(t *testing.T) {
 func refuse(p *pacer, now time.Time) {
 	p.sent++
 	p.answered(now, true)
-	p.throttled(now, false, 0, p.sent)
+	p.throttled(now, false, 0, false, p.sent)
 }
 
 // serve tells p of an attempt sent on the pace and served at now.
@@ -181,11 +181,11 @@ func TestAnswersSentWhileFreeDoNotCutTheObservedPace(t *testing.T) {
 	now := testStart
 	p.sent++
 	p.answered(now, true)
-	p.throttled(now, false, 0, p.sent)
+	p.throttled(now, false, 0, false, p.sent)
 	rate := p.rate
 	for i := 0; i < 5; i++ {
 		p.answered(now, true)
-		p.throttled(now, false, 0, 0)
+		p.throttled(now, false, 0, false, 0)
 	}
 	assert.Equal(t, rate, p.rate, "the herd's refusals say nothing of the pace")
 	assert.Zero(t, p.cuts)
@@ -221,7 +221,7 @@ func TestTheObservedPaceStartsAUnitAfterThe429(t *testing.T) {
 	now := testStart
 	p.sent++
 	p.answered(now, true)
-	p.throttled(now, false, 0, p.sent)
+	p.throttled(now, false, 0, false, p.sent)
 	require.Equal(t, paceObserved, p.mode)
 	first := p.book(now)
 	assert.Equal(t, now.Add(p.interval), first.at, "not now: a slot now is a 429 for sure")
@@ -240,4 +240,29 @@ func TestTheObservedPaceSpacesAttemptsAnIntervalApart(t *testing.T) {
 	later := now.Add(150 * time.Millisecond)
 	assert.Equal(t, 50*time.Millisecond, p.shortfall(later, 1), "the next waits until an interval after it")
 	assert.Zero(t, p.shortfall(now.Add(200*time.Millisecond), 1))
+}
+
+func TestAWaitInMillisecondsCapsTheObservedClimb(t *testing.T) {
+	// retry-after-ms: 200 is the time to the server's next unit, so its
+	// rate is at most 5 a second: the pace starts a margin under it and
+	// does not double past it. A whole-second or date wait of under a
+	// second names no unit's time: no cap.
+	for _, fine := range []bool{true, false} {
+		p := &pacer{}
+		now := testStart
+		p.sent++
+		p.answered(now, true)
+		p.throttled(now, false, 200*time.Millisecond, fine, p.sent)
+		assert.InDelta(t, 5*paceMargin, p.rate, 1e-9)
+		p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+		for i := 0; i < 3; i++ {
+			now = now.Add(growEvery + time.Millisecond)
+			serve(p, now)
+		}
+		if fine {
+			assert.Less(t, p.rate, 5.0, "capped under the rate the wait implies")
+		} else {
+			assert.Greater(t, p.rate, 10.0, "a coarse wait does not cap the climb")
+		}
+	}
 }

@@ -387,7 +387,7 @@ func TestLearnedRateRecoversFromALowStart(t *testing.T) {
 	assert.Equal(t, 6.0, u.rate, "never above what a reading proves")
 	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1, true)
 	assert.InDelta(t, 6*1.02, u.rate, 1e-9, "low quota: a slow creep")
-	u.pacer.throttled(time.Unix(0, 0), true, 0, 1)
+	u.pacer.throttled(time.Unix(0, 0), true, 0, false, 1)
 	assert.InDelta(t, 6*1.02*0.9, u.ceiling, 1e-9, "a 429 sets a ceiling")
 	assert.InDelta(t, 6*1.02*rateBackoff, u.rate, 1e-9, "and drops the rate: a 429 disproves what readings seemed to prove")
 	assert.InDelta(t, u.rate, u.proven, 1e-9, "proven drops with it")

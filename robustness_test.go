@@ -297,10 +297,6 @@ func gap(w world) string {
 		return "a fixed window of a second: the plain loop's retries a second apart land in each new window exactly, at the ideal; " +
 			"told from a bucket by its lumps after the first window, retryhttp runs at 1.00-1.04x the ideal, up to 4% behind the plain loop, " +
 			"and 10-18 of 240 requests see a 429, up to 7.5% (the first window's probes, and an attempt or two past each window's count)"
-	case w.family == "none" && w.load.burst == 1 && w.retryAfter == retrytest.RetryAfterMillis:
-		return "no headers, a bucket of one naming the wait in milliseconds: 1.12-1.19x, but 4 of 60 requests see a 429 (6.7%): " +
-			"two in slow start's first herd, one when the first climb doubles past the rate the wait implies, " +
-			"and one when the pace creeps back up to it (0.95 of a unit per wait is 96% of the rate; any rise finds it)"
 	}
 	return ""
 }

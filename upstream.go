@@ -87,6 +87,9 @@ type pass struct {
 	u     *upstream
 	sent  uint64 // its place among the attempts sent to the upstream
 	probe bool
+	// fineWait is set when the wait a 429 named came in milliseconds
+	// (see outcome.fineWait).
+	fineWait bool
 	// settle is the attempt's booking on the local token limits, which
 	// the usage its response reports settles (usage.go); nil when it
 	// booked no tokens here.
@@ -328,7 +331,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if u.rate == 0 && !limits.Known() {
 			u.seedAccepts(now)
 		}
-		u.pacer.throttled(now, limits.Known(), hold, p.sent)
+		u.pacer.throttled(now, limits.Known(), hold, p.fineWait, p.sent)
 		if knew > 0 {
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
