@@ -29,9 +29,11 @@ import (
 //     state, only 429s (or its bucket holds one or two, whose count always
 //     reads empty). The rate is the one the server is seen to accept: it
 //     starts from the successes of the last second, doubles while no 429
-//     comes and requests are waiting, then rises slowly; a 429 cuts it
-//     (never below 95% of what was accepted over the last second), as TCP
-//     does on loss.
+//     comes and requests are waiting (a 429 on that first climb takes it
+//     back a step), then rises slowly; a 429 cuts it to what a run of
+//     429s measured (see runRate), else by rateBackoff, never below 95%
+//     of what was accepted over the last second, as TCP does on loss.
+//     Attempts go an interval apart at least (see spacing).
 //
 // Every method takes the time now, so the whole pacer runs in simulated
 // time in tests. It is not safe for concurrent use: the upstream's lock
