@@ -316,10 +316,19 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 		return 0
 	}
 	refilled := p.proven * now.Sub(l.at).Seconds()
-	spent := float64(p.sent-l.sent) - float64(p.rejected-l.rejected)
-	have := min(float64(l.remaining)+refilled, float64(p.limit)) - max(spent, 0)
+	if now.Sub(p.clearedAt) > lumpSpread {
+		p.cleared = 0 // cleared, then given up before it was sent
+	}
+	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0) + float64(p.cleared)
+	have := min(float64(l.remaining)+refilled, float64(p.limit)) - spent
 	short := float64(headroom+1) - have
 	if short <= 0 {
+		// Counted at once, as windowShortfall does: a request checking
+		// between this one's check and its send must not spend the
+		// same unit (two went at once, and a 429's whole-second
+		// Retry-After held the upstream for up to a second).
+		p.cleared++
+		p.clearedAt = now
 		return 0
 	}
 	if inFlight == 0 {

@@ -548,11 +548,17 @@ func TestShortfallHoldsWhatTheBucketLacks(t *testing.T) {
 	u.latest = reading{at: now, remaining: 3, sent: 5}
 	u.sent = 5
 	assert.Zero(t, u.shortfall(now, 1), "3 left: one can go, keeping a unit of headroom")
-	u.sent = 7
+	assert.Zero(t, u.shortfall(now, 1), "and another")
+	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 1),
+		"the two cleared count before they are sent: a third checking meanwhile waits")
+	u.sentOne()
+	u.sentOne()
 	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 2), "1 left after two more: wait for one unit at 100/s")
 	assert.Zero(t, u.shortfall(now.Add(10*time.Millisecond), 2))
+	u.cleared = 0 // not sent after all
 	u.rejected = 1
 	assert.Zero(t, u.shortfall(now, 2), "a 429 among them took nothing: 2 left")
+	u.cleared = 0
 	u.rejected, u.sent = 0, 12
 	assert.Equal(t, 60*time.Millisecond, u.shortfall(now, 7), "6 short with 7 out: wait for the refill")
 	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 0),
