@@ -275,11 +275,13 @@ func tolerance(w world) float64 {
 	case "none":
 		return 1.3
 	}
-	// Whole-second resets: the target is 1.5x, and without -race every
-	// such cell meets it (1.01-1.38x). With -race, goroutine orders that
-	// put a cell at 1.50x were seen (one in several hundred): 1.6x keeps
-	// a margin, and the log shows each cell's figure.
-	return 1.6
+	// Whole-second resets: 1.5x. Under -race such cells once reached
+	// 1.50-1.52x (and 1.28-1.39x in runs since): goroutine orders common
+	// there let two requests pass a coarse bucket's last check on the same
+	// unit, and the 429 that followed held the upstream up to a second for
+	// its whole-second Retry-After date. The check now counts what it
+	// clears at once (pacer.shortfall).
+	return 1.5
 }
 
 // gap names the cells that do not meet the targets yet, with why; "" for a
