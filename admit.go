@@ -422,6 +422,7 @@ func (c *call) observe(a *admission, o *outcome) {
 	var hold time.Duration
 	if o.throttled {
 		hold = o.retryAfter
+		a.pass.fineWait = o.fineWait
 	}
 	now := c.t.cfg.clock.Now()
 	held, mode := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)

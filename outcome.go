@@ -48,6 +48,9 @@ type outcome struct {
 	// retryAfter is the wait the response names (Retry-After,
 	// retry-after-ms), as stated; 0 if none.
 	retryAfter time.Duration
+	// fineWait is set when retryAfter came from retry-after-ms: the time
+	// to the server's next unit to the millisecond, not a whole second.
+	fineWait bool
 	// stream is set when the response is a stream whose first event was a
 	// transient error: the outcome is judged as its status (see
 	// WithFirstEventCheck), while resp stays the stream itself.
@@ -337,6 +340,7 @@ func (o *outcome) readWaits(now time.Time) {
 	h := o.resp.Header
 	if d, ok := ParseRetryAfter(h, now); ok {
 		o.retryAfter, o.serverWait = d, d
+		_, o.fineWait = parseRetryAfterMs(h.Get("Retry-After-Ms"))
 		return
 	}
 	code := o.resp.StatusCode

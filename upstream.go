@@ -90,6 +90,9 @@ type pass struct {
 	u     *upstream
 	sent  uint64 // its place among the attempts sent to the upstream
 	probe bool
+	// fineWait is set when the wait a 429 named came in milliseconds
+	// (see outcome.fineWait).
+	fineWait bool
 	// settle is the attempt's booking on the local token limits, which
 	// the usage its response reports settles (usage.go); nil when it
 	// booked no tokens here.
@@ -378,7 +381,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if u.rate == 0 && !limits.Known() {
 			u.seedAccepts(now)
 		}
-		u.pacer.throttled(now, limits.Known(), hold, p.sent)
+		u.pacer.throttled(now, limits.Known(), hold, p.fineWait, p.sent)
 		if knew > 0 {
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
@@ -458,7 +461,15 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 		}
 		at := q.Reset
 		if d == Requests && (l.Replenishing || l.Window > 0 || u.coarse || u.mode == paceObserved) {
-			if unit := u.unitAfter(); unit > 0 && now.Add(unit).Before(at) {
+			unit := u.unitAfter()
+			if unit == 0 && l.Window > 0 && q.HasLimit && q.Limit > 0 {
+				// A policy states the rate before the pacer has
+				// learnt it (this is its first reading): the next
+				// unit is a window's share away, not its reset (a
+				// whole second, for a bucket of one at 5 a second).
+				unit = l.Window / time.Duration(q.Limit)
+			}
+			if unit > 0 && now.Add(unit).Before(at) {
 				at = now.Add(unit)
 			}
 		}
