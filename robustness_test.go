@@ -54,6 +54,16 @@ type world struct {
 	// phase is where in the second the provider starts, so where a
 	// fixed window's ends fall (the github family only).
 	phase time.Duration
+	// rtt is the time the provider takes to answer; zero means simRTT.
+	rtt time.Duration
+}
+
+// roundTrip is the time the world's provider takes to answer.
+func (w world) roundTrip() time.Duration {
+	if w.rtt > 0 {
+		return w.rtt
+	}
+	return simRTT
 }
 
 func (w world) String() string {
@@ -127,7 +137,7 @@ func runWorld(t *testing.T, w world, newRT func(base http.RoundTripper) http.Rou
 		time.Sleep(w.phase) // the provider's windows start here
 		srv := retrytest.NewTransport(w.config())
 		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			time.Sleep(simRTT)
+			time.Sleep(w.roundTrip())
 			return srv.RoundTrip(r)
 		})
 		client := &http.Client{Transport: newRT(base)}

@@ -222,8 +222,19 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		at = t.at
 	}
 	if u.hold.held(now) && at.Before(u.hold.end) {
-		*t = u.turnAt(u.afterHold(now, jitter)) // a new turn after the hold, not a herd
-		at = t.at
+		if u.hold.byQuota && t.paced && t.clockID == u.clockID && u.hold.end.Before(u.timeOf(t.v+1)) {
+			// The hold ends before the next slot: the turn keeps its
+			// slot and goes when the hold ends, alone, as no one else's
+			// slot is that early. A new slot would cost a whole
+			// interval, every turn: a quota read empty as its answer came
+			// back holds until a reset one round trip past the slot when
+			// the round trip is long (a bucket of one paced at 2x its
+			// time with a 20 ms round trip).
+			at = u.hold.end
+		} else {
+			*t = u.turnAt(u.afterHold(now, jitter)) // a new turn after the hold, not a herd
+			at = t.at
+		}
 	}
 	if at.After(now) {
 		if r := u.hold.reprobeAt; !r.IsZero() && at.After(r) {

@@ -1,0 +1,40 @@
+//go:build go1.25
+
+package retryhttp
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/retryhttp/retryhttp/retrytest"
+)
+
+// TestLongRoundTripKeepsThePace: a bucket of one (5 a second) that states
+// its reset finely, answering after 20 ms. Every answer reads the quota
+// empty until a reset one round trip past the slot the pace booked for the
+// next request; that request must go when the reset comes, not take a new
+// slot a whole interval later. On the code before, every request lost an
+// interval: 2.09x the ideal.
+func TestLongRoundTripKeepsThePace(t *testing.T) {
+	for _, family := range []string{"openai", "ietf"} {
+		w := world{
+			family:     family,
+			rounding:   retrytest.RoundDown,
+			retryAfter: retrytest.RetryAfterDate,
+			load:       workload{name: "5rps-b1-20c", rate: 5, burst: 1, callers: 20, each: 3},
+			rtt:        20 * time.Millisecond,
+		}
+		t.Run(family, func(t *testing.T) {
+			got := runWorld(t, w, func(b http.RoundTripper) http.RoundTripper { return New(b) })
+			ratio := float64(got.wall) / float64(w.ideal())
+			t.Logf("%s: %.2fx the ideal (%v), %d failed, %d saw a 429", w, ratio, got.wall.Round(time.Millisecond), got.failed, got.saw429)
+			// A round trip a request is the least a reading read as its
+			// answer comes back can cost: 220 ms for 200, 1.1x, plus the
+			// pace's margin.
+			if got.failed > 0 || ratio > 1.3 {
+				t.Errorf("%.2fx the ideal, %d failed: want every request within 1.3x", ratio, got.failed)
+			}
+		})
+	}
+}
