@@ -1,0 +1,165 @@
+package retryhttp
+
+import (
+	"math"
+	"time"
+)
+
+// windowEdge learns where a fixed window ends from what its answers show,
+// for a window whose stated reset is only a whole second (GitHub's
+// X-RateLimit-Reset in epoch seconds, cut down, rounded or up: up to a
+// second early or late).
+//
+// Every answer belongs to the window its reset names, and the server
+// counted the attempt between its send and its arrival: the window ends
+// after the latest send among its answers, and the window before it ended
+// at or before the first arrival of one of its answers. Consecutive windows
+// tell the period (their resets' difference, in whole seconds), and every
+// boundary lies a whole number of periods from every other, so the bounds
+// gathered at each boundary narrow one estimate: some window ends in
+// (lo, hi]. When that is wider than edgeFine, the pacer bisects it with one
+// probe at a time (see pacer.windowShortfall): a 429 raises lo, a first
+// answer from the new window lowers hi. Observations beat statements: once
+// the edge is known, the stated reset (and a 429's whole-second
+// Retry-After) no longer decides when the next window's quota goes.
+//
+// Like the pacer it is part of, it takes the time and is guarded by the
+// upstream's lock.
+type windowEdge struct {
+	period time.Duration // whole seconds; 0: not known yet
+	lo, hi time.Time     // some window ends in (lo, hi]; hi zero: nothing known
+
+	least int64     // the least remaining the newest window's answers gave
+	first time.Time // when its first answer came
+	last  time.Time // the latest send among its answers
+
+	probeAt time.Time // when the probe bisecting the edge went; zero: none out
+}
+
+const (
+	// edgeFine is how narrow the edge must be known for a window's quota
+	// to go at its learned end without a probe first.
+	edgeFine = 8 * time.Millisecond
+	// edgeSame is how far apart two resets as read may be and still name
+	// the same window (the clock's estimate moves them a little).
+	edgeSame = 500 * time.Millisecond
+	// probeOut is how long a bisecting probe is waited for before another
+	// may go (its answer may be lost).
+	probeOut = 250 * time.Millisecond
+	// probePoll is how often requests waiting on a probe's answer look
+	// again.
+	probePoll = time.Millisecond
+)
+
+// see takes one answer: sent is when its attempt went (zero if unknown),
+// now when it came, remaining and limit its count. A window is told from
+// the next by its count, not by its reset: a reset cut down to the second
+// is read as now once it has passed, and the first resets are read against
+// a clock not learned yet. Within a window the count only falls; a count
+// up by a quarter of the limit or more is the next window's.
+func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
+	if sent.IsZero() || sent.After(now) {
+		return
+	}
+	if !e.probeAt.IsZero() && !sent.Before(e.probeAt) {
+		e.probeAt = time.Time{} // the probe (or one after it) answered
+	}
+	switch {
+	case e.first.IsZero():
+		e.start(sent, now, remaining)
+	case remaining >= e.least+max(limit/4, 1):
+		// A newer window: the current one ended after its last send,
+		// and the windows between (if any) before this answer came.
+		// The first answers of windows in a row are a period apart,
+		// or a little more.
+		// (Cut down: the new window's first answer comes late when
+		// its start was waited for by a late reset.)
+		d := now.Sub(e.first).Truncate(time.Second)
+		if d >= time.Second && (e.period == 0 || d < e.period) {
+			e.period = d
+		}
+		if e.period > 0 && d >= e.period {
+			e.fold(e.last, now.Add(-(d/e.period-1)*e.period))
+		}
+		e.start(sent, now, remaining)
+	default: // the same window
+		e.least = min(e.least, remaining)
+		if sent.After(e.last) {
+			e.last = sent
+			if e.period > 0 {
+				e.fold(e.last, e.first.Add(e.period))
+			}
+		}
+	}
+}
+
+func (e *windowEdge) start(sent, now time.Time, remaining int64) {
+	e.least, e.first, e.last = remaining, now, sent
+}
+
+// fold narrows the edge by a bound on one window's end: in (a, b].
+func (e *windowEdge) fold(a, b time.Time) {
+	if !b.After(a) || e.period > 0 && b.Sub(a) >= e.period {
+		return // nothing to learn
+	}
+	if e.hi.IsZero() || e.period <= 0 {
+		e.lo, e.hi = a, b
+		return
+	}
+	// Shift the bound by whole periods onto the edge known.
+	mid := a.Add(b.Sub(a) / 2)
+	emid := e.lo.Add(e.hi.Sub(e.lo) / 2)
+	k := time.Duration(math.Round(float64(mid.Sub(emid)) / float64(e.period)))
+	a, b = a.Add(-k*e.period), b.Add(-k*e.period)
+	lo, hi := later(e.lo, a), b
+	if e.hi.Before(hi) {
+		hi = e.hi
+	}
+	if !hi.After(lo) {
+		// The bounds disagree (the server's windows moved, or its
+		// clock did): the newer one stands alone.
+		lo, hi = a, b
+	}
+	e.lo, e.hi = lo, hi
+}
+
+// end is where the current window (the newest answered) ends, as far as
+// the edge tells: in (lo, hi]; ok is false while nothing is known.
+func (e *windowEdge) end() (lo, hi time.Time, ok bool) {
+	if e.hi.IsZero() || e.period <= 0 || e.first.IsZero() {
+		return time.Time{}, time.Time{}, false
+	}
+	// The current window ends in (last, first+period]: the latest shift
+	// of the edge whose start is before first+period.
+	limit := e.first.Add(e.period)
+	k := time.Duration(math.Ceil(float64(limit.Sub(e.lo))/float64(e.period)) - 1)
+	lo, hi = e.lo.Add(k*e.period), e.hi.Add(k*e.period)
+	lo = later(lo, e.last)
+	if hi.After(limit) {
+		hi = limit
+	}
+	if !hi.After(lo) {
+		hi = lo.Add(time.Nanosecond)
+	}
+	return lo, hi, true
+}
+
+// next is when the current window's quota may be tried next: its learned
+// end when the edge is known within edgeFine, else the middle of what is
+// known, for a probe; ok is false while nothing is known. fine reports
+// the former.
+func (e *windowEdge) next() (at time.Time, fine, ok bool) {
+	lo, hi, ok := e.end()
+	if !ok {
+		return time.Time{}, false, false
+	}
+	if hi.Sub(lo) <= edgeFine {
+		return hi, true, true
+	}
+	return lo.Add(hi.Sub(lo) / 2), false, true
+}
+
+// probing reports a bisecting probe out at now.
+func (e *windowEdge) probing(now time.Time) bool {
+	return !e.probeAt.IsZero() && now.Sub(e.probeAt) < probeOut
+}
