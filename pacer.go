@@ -577,13 +577,25 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		p.coarse, p.limit = true, q.Limit
 		p.countDry(now, q)
 		p.spotLump(now, q, sent)
+		sameWindow := p.lumpy && !p.edge.fresh && !p.latest.at.IsZero()
 		if sent >= p.latest.sent {
-			p.latest = reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected, reset: q.Reset}
-		} else if p.refused && p.lumpy {
-			// A 429 to an attempt sent before the latest reading's: the
-			// reading's count already left it out, so it frees no unit
-			// (each such 429 let one more go past a window's count).
-			p.latest.rejected++
+			r := reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected, reset: q.Reset}
+			if sameWindow {
+				// A window's count only falls: an answer the server
+				// counted before others (attempts sent at once arrive
+				// in any order) does not bring units back.
+				r.remaining = min(r.remaining, p.latest.remaining)
+			}
+			p.latest = r
+		} else if sameWindow {
+			p.latest.remaining = min(p.latest.remaining, q.Remaining)
+			if p.refused {
+				// A 429 to an attempt sent before the latest
+				// reading's: that reading's count already left it
+				// out, so it frees no unit (each such 429 let one
+				// more go past a window's count).
+				p.latest.rejected++
+			}
 		}
 	}
 	if q.Coarse && q.HasLimit && q.HasRemaining && q.Remaining < q.Limit-1 && !q.Reset.After(now) {

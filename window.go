@@ -34,6 +34,7 @@ type windowEdge struct {
 	last  time.Time // the latest send among its answers
 
 	probeAt time.Time // when the probe bisecting the edge went; zero: none out
+	fresh   bool      // the last answer seen was the first of a newer window
 }
 
 const (
@@ -55,8 +56,8 @@ const (
 // now when it came, remaining and limit its count. A window is told from
 // the next by its count, not by its reset: a reset cut down to the second
 // is read as now once it has passed, and the first resets are read against
-// a clock not learned yet. Within a window the count only falls; a count
-// up by a quarter of the limit or more is the next window's.
+// a clock not learned yet. Within a window the count only falls (see
+// newer).
 func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 	if sent.IsZero() || sent.After(now) {
 		return
@@ -64,10 +65,11 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 	if !e.probeAt.IsZero() && !sent.Before(e.probeAt) {
 		e.probeAt = time.Time{} // the probe (or one after it) answered
 	}
+	e.fresh = false
 	switch {
 	case e.first.IsZero():
 		e.start(sent, now, remaining)
-	case remaining >= e.least+max(limit/4, 1):
+	case e.newer(now, remaining, limit):
 		// A newer window: the current one ended after its last send,
 		// and the windows between (if any) before this answer came.
 		// The first answers of windows in a row are a period apart,
@@ -82,6 +84,7 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 			e.fold(e.last, now.Add(-(d/e.period-1)*e.period))
 		}
 		e.start(sent, now, remaining)
+		e.fresh = true
 	default: // the same window
 		e.least = min(e.least, remaining)
 		if sent.After(e.last) {
@@ -93,11 +96,25 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 	}
 }
 
+// newer reports an answer from a newer window than the current one: its
+// count is up by a quarter of the limit or more, and it came after the
+// current window may have ended. (Attempts sent at once reach the server in
+// any order: an answer counted early may come after one counted late, its
+// count higher, in the same window.)
+func (e *windowEdge) newer(now time.Time, remaining, limit int64) bool {
+	if remaining < e.least+max(limit/4, 1) {
+		return false
+	}
+	lo, _, ok := e.end()
+	return !ok || now.After(lo)
+}
+
 func (e *windowEdge) start(sent, now time.Time, remaining int64) {
 	e.least, e.first, e.last = remaining, now, sent
 }
 
-// fold narrows the edge by a bound on one window's end: in (a, b].
+// fold narrows the edge by a bound on the current window's end (the
+// window of e.first): it is in (a, b].
 func (e *windowEdge) fold(a, b time.Time) {
 	if !b.After(a) || e.period > 0 && b.Sub(a) >= e.period {
 		return // nothing to learn
@@ -106,12 +123,10 @@ func (e *windowEdge) fold(a, b time.Time) {
 		e.lo, e.hi = a, b
 		return
 	}
-	// Shift the bound by whole periods onto the edge known.
-	mid := a.Add(b.Sub(a) / 2)
-	emid := e.lo.Add(e.hi.Sub(e.lo) / 2)
-	k := time.Duration(math.Round(float64(mid.Sub(emid)) / float64(e.period)))
-	a, b = a.Add(-k*e.period), b.Add(-k*e.period)
-	lo, hi := later(e.lo, a), b
+	// The edge is shifted onto the current window's end as end does;
+	// the bound is shifted back onto the edge.
+	s := e.shift()
+	lo, hi := later(e.lo, a.Add(-s)), b.Add(-s)
 	if e.hi.Before(hi) {
 		hi = e.hi
 	}
@@ -123,6 +138,15 @@ func (e *windowEdge) fold(a, b time.Time) {
 	e.lo, e.hi = lo, hi
 }
 
+// shift is how far the edge is from the current window's end: a whole
+// number of periods, such that the shifted edge starts before a period
+// after the window's first answer (the window began before that answer).
+func (e *windowEdge) shift() time.Duration {
+	limit := e.first.Add(e.period)
+	k := time.Duration(math.Ceil(float64(limit.Sub(e.lo))/float64(e.period)) - 1)
+	return k * e.period
+}
+
 // end is where the current window (the newest answered) ends, as far as
 // the edge tells: in (lo, hi]; ok is false while nothing is known.
 func (e *windowEdge) end() (lo, hi time.Time, ok bool) {
@@ -132,8 +156,8 @@ func (e *windowEdge) end() (lo, hi time.Time, ok bool) {
 	// The current window ends in (last, first+period]: the latest shift
 	// of the edge whose start is before first+period.
 	limit := e.first.Add(e.period)
-	k := time.Duration(math.Ceil(float64(limit.Sub(e.lo))/float64(e.period)) - 1)
-	lo, hi = e.lo.Add(k*e.period), e.hi.Add(k*e.period)
+	s := e.shift()
+	lo, hi = e.lo.Add(s), e.hi.Add(s)
 	lo = later(lo, e.last)
 	if hi.After(limit) {
 		hi = limit
