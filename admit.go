@@ -426,11 +426,13 @@ func (c *call) observe(a *admission, o *outcome) {
 	}
 	now := c.t.cfg.clock.Now()
 	held, mode := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
-	if o.throttled && o.serverWait > 0 {
-		if w, ok := u.retryWait(now); ok && w > 0 && w < o.serverWait {
+	if o.throttled {
+		if w, ok := u.retryWait(now); ok && (o.serverWait == 0 || w < o.serverWait) {
 			// A fixed window's learned end: the retry takes its turn
-			// there, not at the stated whole second.
-			o.serverWait = w
+			// there, not at the stated whole second, nor after a
+			// backoff when the stated time has passed already (a
+			// reset or Retry-After date cut down).
+			o.serverWait = max(w, time.Millisecond)
 		}
 	}
 	if !held.IsZero() && c.t.cfg.quota != nil {

@@ -321,7 +321,7 @@ func (p *pacer) windowShortfall(now time.Time, inFlight uint64) time.Duration {
 	// attempt still out counts as spent.
 	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), float64(inFlight), 0) + float64(p.cleared)
 	end := l.reset
-	at, fine, learned := p.edge.next()
+	at, fine, learned := p.edge.next(p.statedEnd())
 	if learned {
 		end = at
 	}
@@ -350,6 +350,15 @@ func (p *pacer) windowShortfall(now time.Time, inFlight uint64) time.Duration {
 	p.cleared++
 	p.clearedAt = now
 	return 0
+}
+
+// statedEnd is the current window's end as the latest reading stated it,
+// if it had not passed when read; else zero.
+func (p *pacer) statedEnd() time.Time {
+	if l := p.latest; l.reset.After(l.at) {
+		return l.reset
+	}
+	return time.Time{}
 }
 
 // sentOne counts an attempt sent, one that windowShortfall let go among

@@ -411,7 +411,7 @@ func (u *upstream) windowWait(now time.Time) (time.Duration, bool) {
 	if !u.lumpy {
 		return 0, false
 	}
-	at, _, ok := u.edge.next()
+	at, _, ok := u.edge.next(u.statedEnd())
 	if !ok {
 		return 0, false
 	}

@@ -172,13 +172,22 @@ func (e *windowEdge) end() (lo, hi time.Time, ok bool) {
 // end when the edge is known within edgeFine, else the middle of what is
 // known, for a probe; ok is false while nothing is known. fine reports
 // the former.
-func (e *windowEdge) next() (at time.Time, fine, ok bool) {
+//
+// stated is the window's end as its reset stated it (zero if it had passed
+// when read): while it lies within what is known, below its last edgeFine,
+// it is the probe's time instead of the middle. A window on whole seconds
+// (stated exactly) is then known as soon as that probe is answered, and a
+// reset cut down gives a lower bound at once.
+func (e *windowEdge) next(stated time.Time) (at time.Time, fine, ok bool) {
 	lo, hi, ok := e.end()
 	if !ok {
 		return time.Time{}, false, false
 	}
 	if hi.Sub(lo) <= edgeFine {
 		return hi, true, true
+	}
+	if stated.After(lo) && stated.Before(hi.Add(-edgeFine)) {
+		return stated, false, true
 	}
 	return lo.Add(hi.Sub(lo) / 2), false, true
 }
