@@ -431,7 +431,15 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 		}
 		at := q.Reset
 		if d == Requests && (l.Replenishing || l.Window > 0 || u.coarse || u.mode == paceObserved) {
-			if unit := u.unitAfter(); unit > 0 && now.Add(unit).Before(at) {
+			unit := u.unitAfter()
+			if unit > 0 && now.Add(unit).Before(at) {
+				at = now.Add(unit)
+			}
+			if unit > 0 && !at.After(now) && u.coarse && u.dry > 1 {
+				// Its reset has passed and it is still empty, found
+				// so again and again: the next probe waits a unit,
+				// doubled with each (a window that ends later than
+				// its reset said, cut down, is not probed every unit).
 				at = now.Add(unit)
 			}
 			if w, ok := u.windowWait(now); ok && now.Add(w).Before(at) {
