@@ -319,7 +319,8 @@ func (p *pacer) windowShortfall(now time.Time, inFlight uint64) time.Duration {
 	// Attempts sent at once reach the server in any order: one answered
 	// before others sent ahead of it does not cover them, so every
 	// attempt still out counts as spent.
-	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), float64(inFlight), 0) + float64(p.cleared)
+	since := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0)
+	spent := max(since, float64(inFlight)) + float64(p.cleared)
 	end := l.reset
 	at, fine, learned := p.edge.next(p.statedEnd())
 	if learned {
@@ -328,6 +329,10 @@ func (p *pacer) windowShortfall(now time.Time, inFlight uint64) time.Duration {
 	have := float64(l.remaining) - spent
 	switch {
 	case have > 0:
+	case end.After(now) && float64(l.remaining)-since-float64(p.cleared) > 0:
+		// Only attempts out, some perhaps counted already, hold it
+		// back: their answers tell soon.
+		return min(end.Sub(now), probePoll)
 	case end.After(now):
 		if p.bound > 0 {
 			return min(end.Sub(now), p.bound)
