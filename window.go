@@ -74,9 +74,15 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 		// and the windows between (if any) before this answer came.
 		// The first answers of windows in a row are a period apart,
 		// or a little more.
-		// (Cut down: the new window's first answer comes late when
-		// its start was waited for by a late reset.)
-		d := now.Sub(e.first).Truncate(time.Second)
+		// (Cut down, unless within a tenth of a second of a whole
+		// one: the new window's first answer comes late when its
+		// start was waited for by a late reset, and a little early
+		// when the old window's first answer came a little late.)
+		d := now.Sub(e.first)
+		if r := d.Round(time.Second); d < r && r-d <= 100*time.Millisecond {
+			d = r
+		}
+		d = d.Truncate(time.Second)
 		if d >= time.Second && (e.period == 0 || d < e.period) {
 			e.period = d
 		}
