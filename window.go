@@ -57,12 +57,12 @@ const (
 // the next by its count, not by its reset: a reset cut down to the second
 // is read as now once it has passed, and the first resets are read against
 // a clock not learned yet. Within a window the count only falls (see
-// newer).
+// newer). The pacer's learn reads fresh, so see comes first.
 func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
-	if sent.IsZero() || sent.After(now) {
-		return
+	if sent.After(now) {
+		sent = time.Time{}
 	}
-	if !e.probeAt.IsZero() && !sent.Before(e.probeAt) {
+	if !e.probeAt.IsZero() && !sent.IsZero() && !sent.Before(e.probeAt) {
 		e.probeAt = time.Time{} // the probe (or one after it) answered
 	}
 	e.fresh = false
@@ -86,7 +86,7 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 		if d >= time.Second && (e.period == 0 || d < e.period) {
 			e.period = d
 		}
-		if e.period > 0 && d >= e.period {
+		if e.period > 0 && d >= e.period && !e.last.IsZero() {
 			e.fold(e.last, now.Add(-(d/e.period-1)*e.period))
 		}
 		e.start(sent, now, remaining)
