@@ -1,25 +1,22 @@
 package retryhttp
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // windowEdge learns where a fixed window ends from what its answers show,
 // for a window whose stated reset is only a whole second (GitHub's
 // X-RateLimit-Reset in epoch seconds, cut down, rounded or up: up to a
 // second early or late).
 //
-// Every answer belongs to the window its reset names, and the server
-// counted the attempt between its send and its arrival: the window ends
-// after the latest send among its answers, and the window before it ended
-// at or before the first arrival of one of its answers. Consecutive windows
-// tell the period (their resets' difference, in whole seconds), and every
-// boundary lies a whole number of periods from every other, so the bounds
-// gathered at each boundary narrow one estimate: some window ends in
-// (lo, hi]. When that is wider than edgeFine, the pacer bisects it with one
-// probe at a time (see pacer.windowShortfall): a 429 raises lo, a first
-// answer from the new window lowers hi. Observations beat statements: once
+// The server counted each attempt between its send and its answer's
+// arrival: a window ends after the latest send among its answers, and the
+// window before it ended at or before the first answer of the next. The
+// first answers of windows in a row tell the period (in whole seconds), and
+// every end lies a whole number of periods from the one before, so the
+// bounds gathered at each end, moved on by the periods passed, narrow one
+// estimate: the current window ends in (lo, hi]. When that is wider than
+// edgeFine, the pacer bisects it with one probe at a time (see
+// pacer.windowShortfall): a 429 raises lo, a first answer from the new
+// window lowers hi. Observations beat statements: once
 // the edge is known, the stated reset (and a 429's whole-second
 // Retry-After) no longer decides when the next window's quota goes.
 //
@@ -27,7 +24,7 @@ import (
 // upstream's lock.
 type windowEdge struct {
 	period time.Duration // whole seconds; 0: not known yet
-	lo, hi time.Time     // some window ends in (lo, hi]; hi zero: nothing known
+	lo, hi time.Time     // the current window ends in (lo, hi]; hi zero: nothing known
 
 	least int64     // the least remaining the newest window's answers gave
 	first time.Time // when its first answer came
@@ -86,8 +83,14 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 		if d >= time.Second && (e.period == 0 || d < e.period) {
 			e.period = d
 		}
-		if e.period > 0 && d >= e.period && !e.last.IsZero() {
-			e.fold(e.last, now.Add(-(d/e.period-1)*e.period))
+		if e.period > 0 {
+			n := max(d/e.period, 1) // windows passed
+			if !e.last.IsZero() {
+				e.fold(e.last, now.Add(-(n-1)*e.period))
+			}
+			if !e.hi.IsZero() { // the bounds move on to the new window's end
+				e.lo, e.hi = e.lo.Add(n*e.period), e.hi.Add(n*e.period)
+			}
 		}
 		e.start(sent, now, remaining)
 		e.fresh = true
@@ -119,53 +122,38 @@ func (e *windowEdge) start(sent, now time.Time, remaining int64) {
 	e.least, e.first, e.last = remaining, now, sent
 }
 
-// fold narrows the edge by a bound on the current window's end (the
-// window of e.first): it is in (a, b].
+// fold narrows the bounds on the current window's end (the window of
+// e.first) by another: it is in (a, b].
 func (e *windowEdge) fold(a, b time.Time) {
 	if !b.After(a) || e.period > 0 && b.Sub(a) >= e.period {
 		return // nothing to learn
 	}
-	if e.hi.IsZero() || e.period <= 0 {
+	if e.hi.IsZero() {
 		e.lo, e.hi = a, b
 		return
 	}
-	// The edge is shifted onto the current window's end as end does;
-	// the bound is shifted back onto the edge.
-	s := e.shift()
-	lo, hi := later(e.lo, a.Add(-s)), b.Add(-s)
+	lo, hi := later(e.lo, a), b
 	if e.hi.Before(hi) {
 		hi = e.hi
 	}
 	if !hi.After(lo) {
 		// The bounds disagree (the server's windows moved, or its
-		// clock did): the newer one stands alone.
+		// clock did, or windows passed unseen): the newer one stands
+		// alone.
 		lo, hi = a, b
 	}
 	e.lo, e.hi = lo, hi
 }
 
-// shift is how far the edge is from the current window's end: a whole
-// number of periods, such that the shifted edge starts before a period
-// after the window's first answer (the window began before that answer).
-func (e *windowEdge) shift() time.Duration {
-	limit := e.first.Add(e.period)
-	k := time.Duration(math.Ceil(float64(limit.Sub(e.lo))/float64(e.period)) - 1)
-	return k * e.period
-}
-
 // end is where the current window (the newest answered) ends, as far as
-// the edge tells: in (lo, hi]; ok is false while nothing is known.
+// the answers tell: in (lo, hi]; ok is false while nothing is known. It
+// ends after its last send, and at most a period after its first answer.
 func (e *windowEdge) end() (lo, hi time.Time, ok bool) {
 	if e.hi.IsZero() || e.period <= 0 || e.first.IsZero() {
 		return time.Time{}, time.Time{}, false
 	}
-	// The current window ends in (last, first+period]: the latest shift
-	// of the edge whose start is before first+period.
-	limit := e.first.Add(e.period)
-	s := e.shift()
-	lo, hi = e.lo.Add(s), e.hi.Add(s)
-	lo = later(lo, e.last)
-	if hi.After(limit) {
+	lo, hi = later(e.lo, e.last), e.hi
+	if limit := e.first.Add(e.period); hi.After(limit) {
 		hi = limit
 	}
 	if !hi.After(lo) {
