@@ -72,9 +72,11 @@ const (
 //     pacer's business) sent with at least half the limit in flight grows
 //     the limit: back to the capacity found by half the way per round
 //     trip, then held there for 4 round trips, then past it by 1, 2, 4, ...
-//     per round trip (at most half the limit). A refusal while it is past
-//     the capacity found takes it back there, without a cut. Past Max there
-//     is no limit again.
+//     per round trip (at most half the limit). A refusal while it is just
+//     past the capacity found takes it back there, without a cut; one so
+//     far past it that Backoff times what is in flight is still above it
+//     is a capacity that grew, and the limit is cut from there instead.
+//     Past Max there is no limit again.
 //   - Slower: the median latency of each 16 accepted attempts is compared
 //     with the lowest median of the last minute at as much load or more. A
 //     median above LatencyTolerance times that baseline (and 5 ms above
@@ -270,8 +272,10 @@ type concurrencyLimit struct {
 // newConcurrencyLimit returns the limit a describes, or nil when it is
 // disabled.
 // limitSignalMin is the fewest attempts in flight (the refused one
-// included) at which a refusal first says the upstream is full; once a
-// limit is learned, any refusal refines it. Below it, random
+// included, counted when it was sent or when its answer came, whichever is
+// more: a burst reaches the server in any order) at which a refusal first
+// says the upstream is full; once a limit is learned, any refusal refines
+// it. Below it, random
 // 503s at a healthy upstream with a few requests out learned limits of one
 // or two, and a flaky network's p50 went from under a millisecond to 0.9 s
 // (retrysim's flaky scenario). A capacity below it is left to the breaker
@@ -439,7 +443,7 @@ func (l *concurrencyLimit) observe(t limitTicket, s limitSignal, now time.Time) 
 		change, changed = l.changeLocked(why)
 		return false, change, changed
 	case limitRefused:
-		if t.k < 2 || t.k < limitSignalMin && !l.learned.Load() {
+		if k := max(t.k, int(l.inflight.Load())); k < 2 || k < limitSignalMin && !l.learned.Load() {
 			// Too few in flight to tell "full" from a hiccup (a proxy's
 			// stray 503, a slow answer): a limit learned from them would
 			// queue a healthy upstream's requests behind its slowest.
@@ -481,16 +485,21 @@ func (l *concurrencyLimit) observe(t limitTicket, s limitSignal, now time.Time) 
 }
 
 // decreaseLocked cuts the limit after a refusal with found in flight, or a
-// latency window at a load of found. A refusal while the limit probes past
-// the level last found good (just below the concurrency last refused) only
-// takes it back there; any other is a capacity lower than believed, and the
-// limit becomes Backoff times found (or times the limit, if lower).
-// Attempts sent before it are judged by it (epoch).
+// latency window at a load of found. A refusal while the limit probes just
+// past the level last found good (just below the concurrency last refused)
+// only takes it back there; any other is a capacity other than believed,
+// and the limit becomes Backoff times found (or times the limit, if
+// lower): lower, or higher when the limit had grown so far past the level
+// found that the cut stays above it (the upstream served that many: its
+// capacity grew, and going back to the old level would throw that away, a
+// saw-tooth between the old capacity and the new one). Attempts sent
+// before it are judged by it (epoch).
 func (l *concurrencyLimit) decreaseLocked(found float64) {
 	if l.served.Load() || l.restore == 0 {
 		l.restore = l.limit // the first decrease since an accept
 	}
-	if good := l.found - 1; l.limit > good && found > good && good >= float64(l.cfg.Min) {
+	good := l.found - 1
+	if cut := l.cfg.Backoff * math.Min(l.limit, found); l.limit > good && found > good && good >= float64(l.cfg.Min) && cut <= good {
 		l.limit = good // the probe past it failed: hold there again
 		l.capOK = false
 	} else {

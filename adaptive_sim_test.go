@@ -112,12 +112,13 @@ func runCapWorld(t *testing.T, w capWorld, newRT func(base http.RoundTripper) ht
 
 // TestCapacityWorlds runs every capacity world against the defaults and
 // holds each to no failed request, at most 5% of attempts refused, and at
-// least 0.7 of what the capacity allows. The target is 0.85: it is
-// not met on a cold upstream, whose slow start (a lone probe, then a ramp
-// doubling every one and a half round trips, kept so that servers with no
-// rate-limit headers are not answered with a wave of 429s; see gap() in
-// robustness_test.go) costs a 0.6 s run about 150 ms. Before the adaptive
-// limit, these worlds reached 0.20-0.67.
+// least 0.8 of what the capacity allows (the target is 0.85, which
+// these runs reach or come within 0.01 of: 0.8 leaves room for the order
+// in which simulated goroutines run). Before the ramp after a slow probe
+// quadrupled and went on answers, a cold upstream's slow start (a lone
+// probe, then a ramp doubling every one and a half round trips) cost a
+// 0.6 s run about 150 ms: 0.73-0.91. Before the adaptive limit, these
+// worlds reached 0.20-0.67.
 func TestCapacityWorlds(t *testing.T) {
 	for _, w := range capWorlds {
 		t.Run(w.name, func(t *testing.T) {
@@ -129,14 +130,32 @@ func TestCapacityWorlds(t *testing.T) {
 			if got.failed > 0 {
 				t.Errorf("%d of %d requests failed, e.g. %q", got.failed, w.requests(), got.errs)
 			}
-			if eff < 0.7 {
-				t.Errorf("%.2f of the capacity, below 0.7", eff)
+			if eff < 0.8 {
+				t.Errorf("%.2f of the capacity, below 0.8", eff)
 			}
 			if share > 0.05 {
 				t.Errorf("%.1f%% of attempts refused, over 5%%", 100*share)
 			}
 		})
 	}
+}
+
+// TestCapacityThatGrowsIsFound: a server that gets its replicas back (10,
+// then 50 slots from 0.3 s on). The limit learned at 10 must find 50: a
+// refusal far past the level found is the new capacity's, not a failed
+// probe to go back from (before: 0.58 of what the capacity allows, a
+// saw-tooth between 10 and 50, now 0.78-0.80; 25 to 50 slots: 0.71, now
+// 0.88).
+func TestCapacityThatGrowsIsFound(t *testing.T) {
+	w := capWorld{name: "10to50slots-20ms-150c", slots: 10, hold: 20 * time.Millisecond, callers: 150, each: 10,
+		changes: []retrytest.CapacityChange{{At: 300 * time.Millisecond, Max: 50}}}
+	got := runCapWorld(t, w, func(b http.RoundTripper) http.RoundTripper { return New(b) })
+	eff := float64(w.ideal()) / float64(got.wall)
+	t.Logf("%.2f of the capacity (wall %v, ideal %v), %d failed, %d of %d attempts refused, peak %d",
+		eff, got.wall.Round(time.Millisecond), w.ideal().Round(time.Millisecond), got.failed, got.refused, got.attempts, got.peak)
+	assert.Zero(t, got.failed)
+	assert.GreaterOrEqual(t, eff, 0.7)
+	assert.LessOrEqual(t, float64(got.refused)/float64(got.attempts), 0.05)
 }
 
 // TestCapacityRefusalsDoNotTripTheBreaker: an upstream at capacity serves

@@ -96,6 +96,16 @@ func (d *limDriver) trip(s limitSignal, latency time.Duration) {
 
 func (d *limDriver) limit() int { l, _ := d.l.snapshot(); return l }
 
+// fill sends as many attempts as the limit lets go, in order, for the test
+// to answer.
+func (d *limDriver) fill() []limitTicket {
+	var out []limitTicket
+	for d.room() {
+		out = append(out, d.send())
+	}
+	return out
+}
+
 func fixed(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
 
 func TestAdaptiveConcurrencyDefaults(t *testing.T) {
@@ -247,20 +257,52 @@ func TestAdaptiveLimitClimbsBackHoldsAndProbes(t *testing.T) {
 		d.answer(tk, limitAccepted, time.Millisecond)
 	}
 	var trips []int
-	for i := 0; i < 12; i++ {
+	for i := 0; i < 6; i++ {
 		d.trip(limitAccepted, time.Millisecond)
 		trips = append(trips, d.limit())
 	}
 	assert.Equal(t, []int{50, 50, 50, 50}, trips[1:5], "back to 50, just below the 51 refused, and held there: %v", trips)
-	assert.Greater(t, trips[11], 60, "then probing past it, faster and faster: %v", trips)
+	assert.Equal(t, 53, trips[5], "then probing past it")
 
-	// A probe past it fails: back to 50, not 0.9 × 51.
-	var probe []limitTicket
-	for d.room() {
-		probe = append(probe, d.send())
-	}
+	// A probe just past it fails: back to 50, not 0.9 × 53.
+	probe := d.fill()
 	d.answer(probe[len(probe)-1], limitRefused, time.Millisecond)
 	assert.Equal(t, 50, d.limit())
+	for _, tk := range probe[:len(probe)-1] {
+		d.answer(tk, limitAccepted, time.Millisecond)
+	}
+
+	for i := 0; i < 12; i++ {
+		d.trip(limitAccepted, time.Millisecond)
+		trips = append(trips, d.limit())
+	}
+	assert.Greater(t, trips[len(trips)-1], 100, "then past it, faster and faster: %v", trips)
+}
+
+// The capacity grows (a server gets replicas back): the limit probes past
+// the level found and the upstream serves ever more. A refusal far past
+// the old level finds the new capacity: the limit is cut from there, not
+// sent back to the old level (before, it went back, and climbed, and went
+// back: a saw-tooth between the two capacities, 0.58 of a capacity that
+// went from 10 to 50 slots in simulated time).
+func TestAdaptiveLimitFindsACapacityThatGrew(t *testing.T) {
+	d := newLimDriver(t, AdaptiveConcurrency{Initial: 20})
+	d.answer(d.send(), limitAccepted, time.Millisecond)
+	wave := d.fill()
+	require.Len(t, wave, 20)
+	d.answer(wave[19], limitRefused, time.Millisecond) // full at 20
+	require.Equal(t, 18, d.limit())
+	for _, tk := range wave[:19] {
+		d.answer(tk, limitAccepted, time.Millisecond)
+	}
+	for d.limit() < 60 {
+		d.trip(limitAccepted, time.Millisecond) // it serves all of it now
+	}
+	grown := d.limit()
+	out := d.fill()
+	d.answer(out[len(out)-1], limitRefused, time.Millisecond)
+	assert.Equal(t, int(0.9*float64(len(out))), d.limit(), "0.9 × the %d in flight, not back to 19", len(out))
+	assert.GreaterOrEqual(t, len(out), grown)
 }
 
 // The limit grows only while the limit is what holds the load back: an
@@ -570,4 +612,21 @@ func TestAdaptiveLimitIgnoresAStrayRefusalWithFewInFlight(t *testing.T) {
 	}
 	assert.False(t, d.answer(out[len(out)-1], limitRefused, time.Millisecond), "not taken as full")
 	assert.Equal(t, 0, d.limit(), "no limit learned")
+}
+
+// The attempts of a burst reach the upstream in any order: the one refused
+// may have been sent with few others out while many are out now. It says
+// "full" as much as the others. (Judged by its own count, it was taken for
+// a stray refusal and went to the backoff: a second's wait, in a world of
+// 20 ms answers, for the first requests of a slow start's step.)
+func TestAdaptiveLimitJudgesARefusalByAllThatIsInFlight(t *testing.T) {
+	d := newLimDriver(t, AdaptiveConcurrency{})
+	d.answer(d.send(), limitAccepted, time.Millisecond)
+	var out []limitTicket
+	for range 10 {
+		out = append(out, d.send())
+	}
+	require.Equal(t, 3, out[2].k)
+	assert.True(t, d.answer(out[2], limitRefused, time.Millisecond), "full: 10 in flight")
+	assert.Equal(t, 9, d.limit(), "0.9 × the 10 in flight")
 }

@@ -24,7 +24,7 @@ type admission struct {
 // admit admits the next attempt into *a (the zero admission when it fails).
 func (c *call) admit(a *admission) error {
 	t := c.t
-	u := t.upstreams.get(c.key, t.newUpstream)
+	u := t.upstreams.get(&c.key, t.newUpstream)
 	c.u = u
 	if c.attempts > 0 {
 		c.admitted = admitWait{} // zero before the first attempt
@@ -324,10 +324,10 @@ type admitWait struct {
 // waitStart returns the start of a wait to be admitted: the clock's time
 // when a hook will read the wait, else the zero time, and waited ignores it.
 func (c *call) waitStart() time.Time {
-	if h := &c.t.cfg.hooks; h.OnAttempt == nil && h.OnGiveUp == nil {
-		return time.Time{}
+	if cfg := &c.t.cfg; cfg.hooks.OnAttempt != nil || cfg.hooks.OnGiveUp != nil {
+		return cfg.clock.Now()
 	}
-	return c.t.cfg.clock.Now()
+	return time.Time{}
 }
 
 // waited notes a wait to be admitted, for kind, that began at start. A
@@ -423,6 +423,7 @@ func (c *call) observe(a *admission, o *outcome) {
 	var hold time.Duration
 	if o.throttled {
 		hold = o.retryAfter
+		a.pass.fineWait = o.fineWait
 	}
 	now := c.t.cfg.clock.Now()
 	held, mode := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)

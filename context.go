@@ -54,6 +54,14 @@ func requestOptions(ctx context.Context) []RequestOption {
 	if !optionsUsed.Load() {
 		return nil
 	}
+	return optionsIn(ctx)
+}
+
+// optionsIn returns the request options ctx carries. It is kept out of
+// line so that requestOptions, whose first test ends most calls, inlines.
+//
+//go:noinline
+func optionsIn(ctx context.Context) []RequestOption {
 	opts, _ := ctx.Value(requestOptionsKey{}).([]RequestOption)
 	return opts
 }

@@ -82,9 +82,10 @@
 //     accepted rate rather than a coarse Retry-After.
 //   - No headers: after a 429 the upstream is paced at the rate the server
 //     was seen to accept over the last second, doubling while requests wait
-//     and none is refused, cut on a 429 (see the pacer's modes: off,
-//     stated, measured, observed). Retry-After stays a floor for the
-//     request that got it.
+//     and none is refused, cut on a 429 to what a run of 429s measured (or
+//     to 70%), then creeping up (see the pacer's modes: off, stated,
+//     measured, observed). Retry-After stays a floor for the request that
+//     got it.
 //
 // The robustness matrix (robustness_test.go, in simulated time) holds these
 // rules against 423 server behaviours; docs/design.md has the figures.

@@ -84,7 +84,7 @@ func TestValidateRequestSmallHeaders(t *testing.T) {
 	} {
 		req, _ := http.NewRequest(http.MethodPost, "https://api.test/v1", nil)
 		req.Header = tc.header
-		err := validateRequest(req)
+		err := validateRequest(req, "")
 		switch {
 		case tc.bad == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)

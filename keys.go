@@ -200,14 +200,46 @@ type upstreamTable struct {
 	last    atomic.Pointer[upstream]
 }
 
-// get returns the state for k, creating it with fresh when missing. Most
-// transports talk to one upstream: the last one found is checked first.
-func (tb *upstreamTable) get(k upstreamKey, fresh func() *upstream) *upstream {
-	if u := tb.last.Load(); u != nil && u.key == k {
+// get returns the state for *k, creating it with fresh when missing. Most
+// transports talk to one upstream: the last one found is checked first,
+// without the lock, and k is passed by pointer, not copied, on the way.
+func (tb *upstreamTable) get(k *upstreamKey, fresh func() *upstream) *upstream {
+	if u := tb.last.Load(); u != nil && u.key.is(k) {
 		return u
 	}
+	return tb.find(k, fresh)
+}
+
+// is reports whether k and o name the same upstream: k == o, the host
+// first, since that is what tells most keys apart. Most keys have neither
+// a custom part nor a model: for them the lengths settle it, without the
+// call that comparing two strings of equal length makes.
+func (k *upstreamKey) is(o *upstreamKey) bool {
+	if k.host != o.host || k.scheme != o.scheme {
+		return false
+	}
+	if len(k.custom)+len(k.model) == 0 {
+		return len(o.custom)+len(o.model) == 0
+	}
+	return k.custom == o.custom && k.model == o.model
+}
+
+// lastHost is the URL host of the upstream get found last: a host a
+// request was sent to, and so one validateRequest found valid. It is ""
+// before the first request and for keys from WithKeyFunc, which hold no
+// host.
+func (tb *upstreamTable) lastHost() string {
+	if u := tb.last.Load(); u != nil {
+		return u.key.host
+	}
+	return ""
+}
+
+// find is get past the last upstream found: under the read lock, then,
+// for a new upstream, the write lock.
+func (tb *upstreamTable) find(k *upstreamKey, fresh func() *upstream) *upstream {
 	tb.mu.RLock()
-	u := tb.m[k]
+	u := tb.m[*k]
 	tb.mu.RUnlock()
 	if u != nil {
 		if now := tb.arrived.Load(); u.touched.Load() != now {
@@ -218,7 +250,7 @@ func (tb *upstreamTable) get(k upstreamKey, fresh func() *upstream) *upstream {
 	}
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	if u = tb.m[k]; u != nil {
+	if u = tb.m[*k]; u != nil {
 		return u
 	}
 	if tb.m == nil {
@@ -228,9 +260,9 @@ func (tb *upstreamTable) get(k upstreamKey, fresh func() *upstream) *upstream {
 		tb.evict()
 	}
 	u = fresh()
-	u.key = k
+	u.key = *k
 	u.touched.Store(tb.arrived.Add(1))
-	tb.m[k] = u
+	tb.m[*k] = u
 	tb.last.Store(u)
 	return u
 }

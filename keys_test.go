@@ -245,3 +245,29 @@ func FuzzModelOf(f *testing.F) {
 		}
 	})
 }
+
+// upstreamKey.is stands in for == on the lookup path, with a shortcut for
+// keys without a custom part or a model: it must agree with == on every
+// pair, those that differ only there included.
+func TestUpstreamKeyIsAgreesWithEquality(t *testing.T) {
+	keys := []upstreamKey{
+		{},
+		{scheme: "https", host: "api.test"},
+		{scheme: "http", host: "api.test"},
+		{scheme: "https", host: "api.test:8443"},
+		{scheme: "https", host: "api.test", model: "m"},
+		{scheme: "https", host: "api.test", model: "n"},
+		{custom: "tenant"},
+		{custom: "tenant", model: "m"},
+		{custom: "other"},
+		{model: "m"},
+		{custom: "m"},
+	}
+	for _, a := range keys {
+		for _, b := range keys {
+			if got, want := a.is(&b), a == b; got != want {
+				t.Errorf("%+v is %+v: %v, == says %v", a, b, got, want)
+			}
+		}
+	}
+}

@@ -120,7 +120,7 @@ func TestServerHeadersCorrectLocalTokenCount(t *testing.T) {
 	resp, err := rt.RoundTrip(get(t, "https://api.test/x").WithContext(ctx))
 	require.NoError(t, err)
 	resp.Body.Close()
-	u := rt.upstreams.get(upstreamKey{scheme: "https", host: "api.test"}, nil)
+	u := rt.upstreams.get(&upstreamKey{scheme: "https", host: "api.test"}, nil)
 	assert.LessOrEqual(t, u.limits.buckets[Tokens].tokensAt(clk.Now()), 0.0, "the server says none remain: the local bucket is emptied")
 }
 

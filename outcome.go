@@ -48,6 +48,9 @@ type outcome struct {
 	// retryAfter is the wait the response names (Retry-After,
 	// retry-after-ms), as stated; 0 if none.
 	retryAfter time.Duration
+	// fineWait is set when retryAfter came from retry-after-ms: the time
+	// to the server's next unit to the millisecond, not a whole second.
+	fineWait bool
 	// stream is set when the response is a stream whose first event was a
 	// transient error: the outcome is judged as its status (see
 	// WithFirstEventCheck), while resp stays the stream itself.
@@ -81,6 +84,12 @@ func (o *outcome) status() int {
 		return o.resp.StatusCode
 	}
 	return 0
+}
+
+// plain reports an answer below 400: it goes to the caller as it is, with
+// no verdict for CheckResponse to keep.
+func (o *outcome) plain() bool {
+	return o.err == nil && o.resp.StatusCode < 400
 }
 
 // text names the outcome for logs and hooks: "503 Service Unavailable", the
@@ -163,19 +172,16 @@ func scanHeader(h http.Header) headerScan {
 	} else if n <= len(plainKeys)+1 {
 		found := 0
 		if v, ok := h["Content-Type"]; ok {
-			s.contentType = v
-			found++
+			if s.contentType, found = v, 1; n == 1 {
+				return s // the commonest small header: no further lookup
+			}
 		}
 		for _, k := range plainKeys {
-			if found == n {
-				return s
-			}
 			if _, ok := h[k]; ok {
-				found++
+				if found++; found == n {
+					return s
+				}
 			}
-		}
-		if found == n {
-			return s
 		}
 		s.contentType = nil // found again below
 	}
@@ -334,6 +340,7 @@ func (o *outcome) readWaits(now time.Time) {
 	h := o.resp.Header
 	if d, ok := ParseRetryAfter(h, now); ok {
 		o.retryAfter, o.serverWait = d, d
+		_, o.fineWait = parseRetryAfterMs(h.Get("Retry-After-Ms"))
 		return
 	}
 	code := o.resp.StatusCode

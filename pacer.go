@@ -29,9 +29,11 @@ import (
 //     state, only 429s (or its bucket holds one or two, whose count always
 //     reads empty). The rate is the one the server is seen to accept: it
 //     starts from the successes of the last second, doubles while no 429
-//     comes and requests are waiting, then rises slowly; a 429 cuts it
-//     (never below 95% of what was accepted over the last second), as TCP
-//     does on loss.
+//     comes and requests are waiting (a 429 on that first climb takes it
+//     back a step), then rises slowly; a 429 cuts it to what a run of
+//     429s measured (see runRate), else by rateBackoff, never below 95%
+//     of what was accepted over the last second, as TCP does on loss.
+//     Attempts go an interval apart at least (see spacing).
 //
 // Every method takes the time now, so the whole pacer runs in simulated
 // time in tests. It is not safe for concurrent use: the upstream's lock
@@ -100,6 +102,22 @@ type pacer struct {
 	cutSent  uint64        // the attempts sent when the rate was last cut
 	since    time.Time     // when the observed mode began
 	cuts     int           // cuts in the observed mode's first second
+	served   uint64        // successes answered so far (see streak)
+	streak   refusals      // the first 429 of the latest run of them
+	runEst   float64       // the rate the latest run measured; 0: none
+	inRun    bool          // the latest 429 extends a run (see runRate)
+	wentAt   time.Time     // when the observed pace last let an attempt go (see spacing)
+	since0   float64       // the rate the observed mode began at
+}
+
+// refusals marks the first 429 of a run of them: when it came and the
+// successes answered by then. Each 429 finds the server's bucket empty, so
+// the successes between two of them, a run's first and its latest, are
+// what it refilled in between (within one unit): the rate it accepts.
+type refusals struct {
+	at     time.Time
+	served uint64
+	rate   float64 // the pace's rate after the first 429 was taken in
 }
 
 // paceMode is where the pacer's rate comes from.
@@ -155,7 +173,7 @@ const (
 	// growAfterCut is the rise per growEvery after a cut, before a
 	// second of observation has set a ceiling.
 	growAfterCut = 1.25
-	growCreep    = 1.001
+	growCreep    = 1.002
 	// observedFor is how long the observed mode outlives the last 429 (or
 	// its start):
 	// a server that has stopped refusing is not paced by old refusals.
@@ -171,6 +189,18 @@ const (
 	// unusedSpan is the span over which useMore looks for quota left
 	// unused.
 	unusedSpan = time.Second
+	// runMin, runCount and runMax bound the runs of 429s that measure
+	// the rate (see runRate): at least runMin and runCount successes
+	// long, at most runMax; runGap is the longest hold within one.
+	// runShare is the share of the measured rate paced at.
+	runMin   = 100 * time.Millisecond
+	runCount = 4
+	runMax   = 2 * time.Second
+	runGap   = 250 * time.Millisecond
+	runShare = 0.95
+	// runBackoff is what a 429 within a run too short to measure leaves
+	// of the observed rate.
+	runBackoff = 0.85
 	// maxCapacity is the largest burst the pace clock keeps (setCapacity).
 	maxCapacity = 1 << 20
 )
@@ -276,6 +306,9 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 // shortfall is at most one unit at the proven rate, so a model that is
 // wrong cannot keep the upstream idle (the answer corrects it).
 func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
+	if p.mode == paceObserved {
+		return p.spacing(now)
+	}
 	l := p.latest
 	if p.lumpy {
 		return p.windowShortfall(now, inFlight)
@@ -284,10 +317,19 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 		return 0
 	}
 	refilled := p.proven * now.Sub(l.at).Seconds()
-	spent := float64(p.sent-l.sent) - float64(p.rejected-l.rejected)
-	have := min(float64(l.remaining)+refilled, float64(p.limit)) - max(spent, 0)
+	if now.Sub(p.clearedAt) > lumpSpread {
+		p.cleared = 0 // cleared, then given up before it was sent
+	}
+	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0) + float64(p.cleared)
+	have := min(float64(l.remaining)+refilled, float64(p.limit)) - spent
 	short := float64(headroom+1) - have
 	if short <= 0 {
+		// Counted at once, as windowShortfall does: a request checking
+		// between this one's check and its send must not spend the
+		// same unit (two went at once, and a 429's whole-second
+		// Retry-After held the upstream for up to a second).
+		p.cleared++
+		p.clearedAt = now
 		return 0
 	}
 	if inFlight == 0 {
@@ -298,6 +340,21 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 		d = min(d, float64(p.bound))
 	}
 	return time.Duration(d)
+}
+
+// spacing is shortfall in the observed mode: an attempt goes no sooner than
+// an interval after the last one the pace let go. The pace clock lets a
+// request whose slot has passed go at once (its waiter woke late, or the
+// pace quickened under it), and the next on its own slot just after: a
+// server that refuses above its rate, a bucket of one first, refuses the
+// pair's second. Nothing but 429s tells the rate here, so none is spent on
+// that.
+func (p *pacer) spacing(now time.Time) time.Duration {
+	if next := p.wentAt.Add(p.interval); p.interval > 0 && next.After(now) {
+		return next.Sub(now)
+	}
+	p.wentAt = now
+	return 0
 }
 
 // windowShortfall is shortfall for a fixed window: nothing comes back
@@ -401,6 +458,7 @@ func (p *pacer) answered(now time.Time, throttled bool) {
 		return
 	}
 	p.accepts.add(now)
+	p.served++
 	if p.mode == paceObserved && now.Sub(later(p.lastNoes, p.since)) > observedFor {
 		p.forget(now) // the server stopped refusing long ago
 		return
@@ -459,10 +517,16 @@ func (p *pacer) forget(now time.Time) {
 
 // throttled reacts to a 429 answering attempt sent. stated reports that the
 // response carried rate-limit state (learn has it); hint is the wait the
-// server named, 0 if none. A pacer that was off starts observing at the
+// server named, 0 if none; fine, that it named it in milliseconds. A pacer that was off starts observing at the
 // rate accepted over the last second (or the one a sub-second hint
 // implies); one that was on is cut.
-func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent uint64) {
+func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine bool, sent uint64) {
+	p.runEst, p.inRun = p.runRate(now)
+	defer func() {
+		if p.streak.at.Equal(now) {
+			p.streak.rate = p.rate
+		}
+	}()
 	if p.rate > 0 {
 		p.cut(now, sent)
 		return
@@ -472,9 +536,23 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, sent u
 	}
 	p.observe(now)
 	if hint > 0 && hint < time.Second {
-		p.rate = max(p.rate, 1/hint.Seconds()) // the time to the next unit
+		// The time to the next unit: the bucket holds less than one,
+		// so it refills slower than a unit per hint. Paced a margin
+		// under that bound; named to the millisecond, it is the
+		// ceiling too (a climb past it doubles into a 429 for sure).
+		// A Retry-After in whole seconds, or a date, may name less
+		// than a second that is no unit's time at all: no ceiling.
+		p.rate = max(p.rate, paceMargin/hint.Seconds())
+		p.since0 = p.rate
+		if fine {
+			p.ceiling = p.rate
+		}
 		p.setPace(now, p.paceOf(p.rate))
 	}
+	// The server's bucket is empty now: the pace's first slot is a unit
+	// away, not now (with no hold, a Retry-After absent or already past,
+	// a slot now is a 429 for sure).
+	p.tatV = max(p.tatV, p.slotsAt(now)+1)
 }
 
 // observe starts the observed mode: at the pace's rate, or without one at
@@ -489,6 +567,7 @@ func (p *pacer) observe(now time.Time) {
 	if p.rate == 0 { // from a pace, its rate is where observing starts
 		p.rate = max(p.accepts.perSecond(now), 1)
 	}
+	p.since0 = p.rate
 	p.setPace(now, p.paceOf(p.rate))
 	p.setCapacity(now, 1)
 }
@@ -516,12 +595,39 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 	if sent > 0 && sent <= p.cutSent {
 		return
 	}
+	if sent == 0 && p.mode == paceObserved {
+		// An answer to an attempt sent while the upstream was free
+		// (unnumbered): before the observed pace, so it says nothing
+		// of it. Counted as cuts, slow start's herd would slow the
+		// first climb to the rate.
+		return
+	}
 	p.cutSent = p.sent
 	if p.mode == paceMeasured {
 		p.earlyResets = true // the bounds were too hopeful
 	}
 	accepted := p.accepts.perSecond(now)
 	switch {
+	case p.mode == paceObserved && p.runEst > 0:
+		// The run of 429s measured the rate: pace just under it.
+		p.rate = max(p.rate*rateBackoff, runShare*p.runEst)
+		p.ceiling = p.rate
+		p.proven = min(p.proven, p.rate)
+		p.grewAt = now
+		p.setPace(now, p.paceOf(p.rate))
+		return
+	case p.mode == paceObserved && p.ceiling == 0 && p.cuts == 0 && p.rate >= 2*p.since0:
+		// The first climb, doubling since the observed mode began,
+		// overshot: the step before held for a growEvery without a
+		// 429, so it is where the pace goes back to. A cut by
+		// rateBackoff alone leaves it above the server's rate, for
+		// another 429 or two (a bucket of one refuses at once).
+		p.rate /= 2
+		p.ceiling = p.rate
+		p.proven = min(p.proven, p.rate)
+		p.grewAt = now
+		p.setPace(now, p.paceOf(p.rate))
+		return
 	case p.mode == paceObserved && now.Sub(p.since) < time.Second:
 		// Too soon to tell the server's rate from its successes (a
 		// refusal now may be the drained burst's): the rate rises
@@ -529,8 +635,19 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 		p.cuts++
 	case p.mode == paceObserved:
 		// Sent above what the server takes for a second, the successes
-		// of that second are its rate: come back up to them.
-		p.ceiling = max(accepted, p.rate*rateBackoff)
+		// of that second are its rate: come back up to them. A 429
+		// soon after a cut, too soon to measure the rate, comes from
+		// a rate cut once already: it is cut by less.
+		backoff := rateBackoff
+		if p.inRun {
+			backoff = runBackoff
+		}
+		p.ceiling = max(accepted, p.rate*backoff)
+		p.rate = max(p.rate*backoff, 0.95*accepted)
+		p.proven = min(p.proven, p.rate)
+		p.grewAt = now
+		p.setPace(now, p.paceOf(p.rate))
+		return
 	default:
 		p.ceiling = p.rate * 0.9
 	}
@@ -990,6 +1107,35 @@ func windowBounds(q Quota, left float64) (lo, hi float64) {
 		hi = r / (left - 1)
 	}
 	return lo, hi
+}
+
+// runRate is the rate the server accepted over the run of 429s that the
+// one at now extends: the successes since the run's first, over the time
+// between; 0 when the run is too short to tell, or when a hold broke it
+// (the bucket may have filled and thrown refill away): a new run starts
+// here.
+//
+// inRun reports that the 429 at now extends a run, measured or not.
+func (p *pacer) runRate(now time.Time) (rate float64, inRun bool) {
+	s := p.streak
+	span := now.Sub(s.at)
+	if s.at.IsZero() || span > runMax || p.holdEnd.Sub(s.at) > runGap {
+		p.streak = refusals{at: now, served: p.served}
+		return 0, false
+	}
+	n := p.served - s.served
+	if span < runMin || n < runCount {
+		return 0, true
+	}
+	rate = float64(n) / span.Seconds()
+	if rate > s.rate {
+		// Paced below what the server accepted since the run began
+		// (climbing from a first guess), the bucket was not kept
+		// empty: it refilled, perhaps to full, and threw refill away.
+		p.streak = refusals{at: now, served: p.served}
+		return 0, false
+	}
+	return rate, true
 }
 
 // acceptCounter counts successes over about the last second, in ten

@@ -145,3 +145,131 @@ func TestAWindowsLastUnitIsLetGoOnceBeforeItIsSent(t *testing.T) {
 	p.sentOne()
 	assert.Positive(t, p.shortfall(now, 1), "sent, it still counts")
 }
+
+// refuse tells p of an attempt sent (numbered: sent on the pace) and
+// refused at now, with no rate-limit headers.
+func refuse(p *pacer, now time.Time) {
+	p.sent++
+	p.answered(now, true)
+	p.throttled(now, false, 0, false, p.sent)
+}
+
+// serve tells p of an attempt sent on the pace and served at now.
+func serve(p *pacer, now time.Time) {
+	p.sent++
+	p.answered(now, false)
+}
+
+func TestTheFirstClimbThatOvershootsGoesBackAStep(t *testing.T) {
+	// No headers: observing from 2 a second, the climb doubles while
+	// requests wait (4, then 8); 8 draws a 429. A bucket of one at 5 a
+	// second refuses anything above it, so a cut to 70% (5.6) drew a
+	// second 429 at once: the step before, 4, held without one.
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 2
+	p.setPace(now, p.paceOf(2))
+	p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+	for p.rate < 8 {
+		now = now.Add(growEvery)
+		serve(p, now)
+	}
+	require.Equal(t, 8.0, p.rate)
+	now = now.Add(10 * time.Millisecond)
+	refuse(p, now)
+	assert.Equal(t, 4.0, p.rate, "back to the step that held")
+}
+
+func TestAnswersSentWhileFreeDoNotCutTheObservedPace(t *testing.T) {
+	// Slow start's herd went while the upstream was free (unnumbered: 0);
+	// its 429s come back after the first one started the observed mode.
+	p := &pacer{}
+	now := testStart
+	p.sent++
+	p.answered(now, true)
+	p.throttled(now, false, 0, false, p.sent)
+	rate := p.rate
+	for i := 0; i < 5; i++ {
+		p.answered(now, true)
+		p.throttled(now, false, 0, false, 0)
+	}
+	assert.Equal(t, rate, p.rate, "the herd's refusals say nothing of the pace")
+	assert.Zero(t, p.cuts)
+}
+
+func TestARunOf429sMeasuresTheRate(t *testing.T) {
+	// Paced above a bucket that refills 40 a second: a 429, then 40 a
+	// second served for half a second, then another 429 at 50 a second.
+	// The bucket was empty at both: the successes between are its
+	// refill, and the pace goes just under it, not to 70% of 50 (35).
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 60
+	p.setPace(now, p.paceOf(60))
+	p.since = now.Add(-2 * time.Second) // past the first second
+	p.ceiling = 45                      // past the first climb too
+	p.cutSent = 0
+	refuse(p, now)
+	p.rate = 50 // as if the pace had climbed back
+	for i := 0; i < 20; i++ {
+		now = now.Add(25 * time.Millisecond)
+		serve(p, now)
+	}
+	refuse(p, now.Add(time.Millisecond))
+	assert.InDelta(t, runShare*40, p.rate, 1, "paced just under the measured rate")
+}
+
+func TestTheObservedPaceStartsAUnitAfterThe429(t *testing.T) {
+	// A 429 with no hold (no Retry-After, or a date already past): the
+	// server's bucket is empty, so the first slot is a unit away.
+	p := &pacer{}
+	now := testStart
+	p.sent++
+	p.answered(now, true)
+	p.throttled(now, false, 0, false, p.sent)
+	require.Equal(t, paceObserved, p.mode)
+	first := p.book(now)
+	assert.Equal(t, now.Add(p.interval), first.at, "not now: a slot now is a 429 for sure")
+}
+
+func TestTheObservedPaceSpacesAttemptsAnIntervalApart(t *testing.T) {
+	// A request whose slot passed (its waiter woke late) goes at once;
+	// the next, on its own slot just after, waits out the interval from
+	// it: a bucket of one refuses anything sooner.
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 5
+	p.setPace(now, p.paceOf(5))
+	assert.Zero(t, p.shortfall(now, 0), "the first goes")
+	later := now.Add(150 * time.Millisecond)
+	assert.Equal(t, 50*time.Millisecond, p.shortfall(later, 1), "the next waits until an interval after it")
+	assert.Zero(t, p.shortfall(now.Add(200*time.Millisecond), 1))
+}
+
+func TestAWaitInMillisecondsCapsTheObservedClimb(t *testing.T) {
+	// retry-after-ms: 200 is the time to the server's next unit, so its
+	// rate is at most 5 a second: the pace starts a margin under it and
+	// does not double past it. A whole-second or date wait of under a
+	// second names no unit's time: no cap.
+	for _, fine := range []bool{true, false} {
+		p := &pacer{}
+		now := testStart
+		p.sent++
+		p.answered(now, true)
+		p.throttled(now, false, 200*time.Millisecond, fine, p.sent)
+		assert.InDelta(t, 5*paceMargin, p.rate, 1e-9)
+		p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+		for i := 0; i < 3; i++ {
+			now = now.Add(growEvery + time.Millisecond)
+			serve(p, now)
+		}
+		if fine {
+			assert.Less(t, p.rate, 5.0, "capped under the rate the wait implies")
+		} else {
+			assert.Greater(t, p.rate, 10.0, "a coarse wait does not cap the climb")
+		}
+	}
+}

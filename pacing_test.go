@@ -123,9 +123,9 @@ func TestA429WithoutHeadersPacesAtTheAcceptedRate(t *testing.T) {
 	pass{u: u, sent: 1}.observe(at, RateLimits{}, 0, false, true)
 	assert.InDelta(t, 20, u.rate, 1e-9, "requests wait and none is refused: the rate doubles")
 	pass{u: u, sent: 1}.observe(at.Add(200*time.Millisecond), RateLimits{}, 0, true, true)
-	assert.InDelta(t, 20*rateBackoff, u.rate, 1e-9, "a 429 cuts it")
-	assert.InDelta(t, 14, u.ceiling, 1e-9,
-		"and caps the doubling where it was cut (the one success of the last second says less)")
+	assert.InDelta(t, 10, u.rate, 1e-9,
+		"a 429 on the first climb takes it back a step: 20 overshot, 10 held (a cut to 70%, 14, may still be above the server's rate)")
+	assert.InDelta(t, 10, u.ceiling, 1e-9, "and caps the doubling there")
 }
 
 func TestSlowStartLetsTheProbeGoAloneThenPaces(t *testing.T) {
@@ -387,7 +387,7 @@ func TestLearnedRateRecoversFromALowStart(t *testing.T) {
 	assert.Equal(t, 6.0, u.rate, "never above what a reading proves")
 	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1, true)
 	assert.InDelta(t, 6*1.02, u.rate, 1e-9, "low quota: a slow creep")
-	u.pacer.throttled(time.Unix(0, 0), true, 0, 1)
+	u.pacer.throttled(time.Unix(0, 0), true, 0, false, 1)
 	assert.InDelta(t, 6*1.02*0.9, u.ceiling, 1e-9, "a 429 sets a ceiling")
 	assert.InDelta(t, 6*1.02*rateBackoff, u.rate, 1e-9, "and drops the rate: a 429 disproves what readings seemed to prove")
 	assert.InDelta(t, u.rate, u.proven, 1e-9, "proven drops with it")
@@ -427,7 +427,7 @@ func TestAHoldPausesRequestsAlreadyWaitingForTheirSlot(t *testing.T) {
 	require.Eventually(t, func() bool { return calls.Load() == 9 }, 5*time.Second, time.Millisecond)
 
 	// A 429 elsewhere holds the upstream for 5s while it sleeps.
-	u := rt.upstreams.get(upstreamKey{scheme: "https", host: "api.test"}, nil)
+	u := rt.upstreams.get(&upstreamKey{scheme: "https", host: "api.test"}, nil)
 	pass{u: u}.observe(clk.Now(), RateLimits{}, 5*time.Second, true, true)
 
 	clk.Advance(50 * time.Millisecond) // its slot comes: it must not go yet
@@ -548,11 +548,17 @@ func TestShortfallHoldsWhatTheBucketLacks(t *testing.T) {
 	u.latest = reading{at: now, remaining: 3, sent: 5}
 	u.sent = 5
 	assert.Zero(t, u.shortfall(now, 1), "3 left: one can go, keeping a unit of headroom")
-	u.sent = 7
+	assert.Zero(t, u.shortfall(now, 1), "and another")
+	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 1),
+		"the two cleared count before they are sent: a third checking meanwhile waits")
+	u.sentOne()
+	u.sentOne()
 	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 2), "1 left after two more: wait for one unit at 100/s")
 	assert.Zero(t, u.shortfall(now.Add(10*time.Millisecond), 2))
+	u.cleared = 0 // not sent after all
 	u.rejected = 1
 	assert.Zero(t, u.shortfall(now, 2), "a 429 among them took nothing: 2 left")
+	u.cleared = 0
 	u.rejected, u.sent = 0, 12
 	assert.Equal(t, 60*time.Millisecond, u.shortfall(now, 7), "6 short with 7 out: wait for the refill")
 	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 0),
@@ -666,4 +672,15 @@ func TestAnAbandonedProbeReleasesTheQueueBehindIt(t *testing.T) {
 		t.Fatal("the queue still waits for an answer that will never come")
 	}
 	assert.Equal(t, now.Add(10*time.Millisecond), u.claim(w).at, "its turn is now")
+}
+
+func TestAPolicysFirstEmptyReadingHoldsOneUnitNotTheWholeReset(t *testing.T) {
+	// An IETF policy of 5 a second over a bucket of one: the first
+	// answer reads empty, the reset a whole second away (rounded up).
+	// The next unit is a fifth of a second away, as the policy says.
+	u := &upstream{start: slowStart{phase: open}}
+	now := testStart
+	l := ParseRateLimits(peHeader("RateLimit", `"default";r=0;t=1`, "RateLimit-Policy", `"default";q=5;w=1`), now)
+	pass{u: u, sent: 1}.observe(now, l, 0, false, true)
+	assert.Equal(t, now.Add(200*time.Millisecond), u.hold.end, "held one unit at the policy's rate")
 }

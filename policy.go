@@ -426,10 +426,15 @@ func (p *policy) classifyResponse(resp *http.Response, shouldRetry bool) (retry,
 			return false, true
 		}
 	}
-	if !shouldRetry {
-		return retryableAnswer(resp), false
+	switch {
+	case shouldRetry:
+		return Retryable(resp, nil), false
+	case resp.StatusCode < 400:
+		// No retryable status, and no body to peek at (see bodyVerdict):
+		// most answers stop here.
+		return false, false
 	}
-	return Retryable(resp, nil), false
+	return retryableAnswer(resp), false
 }
 
 // maxVerdictBody bounds the peek at 403 and 429 bodies.

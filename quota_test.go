@@ -441,7 +441,7 @@ func TestNoQuotaBackendKeepsTheFreePath(t *testing.T) {
 	backend := newMemQuota()
 	rt := New(sequence(step{status: 200}), WithClock(autoClock()))
 	roundTrips(t, rt, 3)
-	u := rt.upstreams.get(upstreamKey{scheme: "https", host: "api.test"}, nil)
+	u := rt.upstreams.get(&upstreamKey{scheme: "https", host: "api.test"}, nil)
 	assert.True(t, u.free.Load(), "no backend, no limits: requests skip the admit stage")
 
 	rt = New(sequence(step{status: 200}), WithClock(autoClock()), WithQuotaBackend(backend, 1))

@@ -276,9 +276,13 @@ func tolerance(w world) float64 {
 		return 1.3
 	}
 	// Whole-second resets: the target is 1.5x, and without -race every
-	// such cell meets it (1.01-1.38x). With -race, goroutine orders that
-	// put a cell at 1.50x were seen (one in several hundred): 1.6x keeps
-	// a margin, and the log shows each cell's figure.
+	// such cell meets it (1.00-1.36x). With -race, goroutine orders put
+	// an Anthropic or GitHub-style bucket cell at 1.25-1.54x now and then
+	// (one in a few dozen at 40 req/s): several attempts go at the same
+	// instant near the burst's end, one draws a 429, and that request
+	// waits out its own whole-second Retry-After (a floor for the request
+	// that got it), once or twice, while the rest are done. 1.6x keeps a
+	// margin, and the log shows each cell's figure.
 	return 1.6
 }
 
@@ -300,10 +304,6 @@ func gap(w world) string {
 			"told from a bucket by its lumps after the first window, its end then learned from the answers, retryhttp runs at 1.00x the ideal " +
 			"with 5-12 of 240 requests seeing a 429 (the first window's probes, and a few bisecting its end), and now and then " +
 			"finishes 1-2 ms after the plain loop (about one run in twenty of the 40 a second cells)"
-	case w.load.burst == 1 && w.family == "ietf":
-		return "a bucket of one behind a stated policy: 1.14-1.20x, at the edge of 1.2x"
-	case w.family == "none":
-		return "no headers: 1.05-1.5x, and finding the rate costs up to 6% of requests a 429, up to 12% when the bucket holds one"
 	}
 	return ""
 }

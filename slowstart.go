@@ -14,10 +14,13 @@ import (
 // is slow. The probe's answer decides what follows:
 //
 //   - no rate-limit headers: the upstream is open; the requests queued
-//     behind the probe go on a doubling ramp, one and a half round trips
-//     of the probe apart (1, 2, 4, 8, ...), so a server that is at its limit answers
-//     the first few with a 429 before the rest are sent; later requests go
-//     at once, as if this stage did not exist;
+//     behind the probe go on a ramp, so that a server at its limit answers
+//     the first few with a 429 (or a 503) before the rest are sent: after
+//     a fast probe, doubling (1, 2, 4, 8, ...) one and a half round trips
+//     of the probe apart; after a slow one (see slowProbe), quadrupling
+//     (3, 12, 48, ...), each step as soon as what was sent before it has
+//     answered (see ramp). Later requests go at once, as if this stage did
+//     not exist;
 //   - rate-limit headers: requests are paced (see pacer).
 //
 // A probe that takes longer than slowStartMax tells nothing in time: slow
@@ -31,6 +34,10 @@ const (
 	// rampStepMin is the shortest step of the ramp after a probe that
 	// brought no rate-limit headers.
 	rampStepMin = time.Millisecond
+	// rampSlowRTT is the probe's round trip from which the ramp after it
+	// quadruples the attempts in flight per step, and goes on answers (see
+	// slowProbe).
+	rampSlowRTT = 10 * time.Millisecond
 )
 
 // phase is the slow start's state.
@@ -63,6 +70,80 @@ type slowStart struct {
 	probeStart time.Time // when the probe was let go
 	waiters    []*waiter // requests queued behind the probe, in arrival order
 	released   broadcast // fired when the probe's answer is in
+	ramp       ramp      // the ramp after the probe's answer, on answers
+}
+
+// ramp is the ramp the queue goes on after a slow probe's answer that
+// neither paces nor holds the upstream (see slowProbe). Each step goes once
+// as many answers are in as attempts were sent up to the last request of
+// the step before it, so that a 429 among them is seen first, or at its
+// time (see rampFrom), whichever comes first. A 429 halts it: the steps
+// still to go keep their times, and the pace or hold the 429 set.
+type ramp struct {
+	sizes   []int     // requests in each step, from 0
+	gone    int       // the last step let go
+	stepAt  uint64    // the count of answers (upstream.replies) that lets the next step go; 0: none to come
+	end     time.Time // the time of the last step: the ramp is over by then
+	stepped broadcast // fired when a step is let go
+}
+
+// begin starts a ramp of steps of the given sizes (none: no ramp on
+// answers), when sent attempts have been sent so far: step 0 goes at once,
+// and the ramp is over by end.
+func (r *ramp) begin(sizes []int, sent uint64, end time.Time) {
+	r.sizes, r.gone, r.stepAt, r.end = sizes, 0, 0, end
+	r.next(sent)
+}
+
+// next sets the count of answers the step after the last one let go
+// waits for: what was sent so far and that step's requests, at least (see
+// leaving); none if it was the last.
+func (r *ramp) next(sent uint64) {
+	r.stepAt = 0
+	if r.gone+1 < len(r.sizes) {
+		r.stepAt = sent + uint64(r.sizes[r.gone])
+	}
+}
+
+// leaving is told that a request of step k goes, to be the seq-th attempt
+// sent: the next step waits for its answer and for those of every attempt
+// sent before it. A step that goes at its time, before the answers let it,
+// is let go as if they had.
+func (r *ramp) leaving(k int, seq uint64) {
+	switch {
+	case r.stepAt == 0:
+	case k == r.gone:
+		r.stepAt = max(r.stepAt, seq)
+	case k > r.gone:
+		r.gone = k
+		r.next(seq - 1)
+	}
+}
+
+// halt stops the ramp from going on answers: a 429 came, and the steps
+// still to go keep their times (and the pace or hold the 429 set).
+func (r *ramp) halt() { r.stepAt = 0 }
+
+// due reports whether step k (from 0) may go.
+func (r *ramp) due(k int) bool { return k <= r.gone }
+
+// active reports whether the ramp still has a step to go at now: it waits
+// for answers, which must be counted (see upstream.schedule).
+func (r *ramp) active(now time.Time) bool {
+	return r.stepAt > 0 && now.Before(r.end)
+}
+
+// answered is told the upstream's count of answers and of attempts sent:
+// when the answers reach the next step's count, that step goes (its
+// requests are woken), and the one after it waits for the answers to what
+// has been sent until then and to it.
+func (r *ramp) answered(replies, sent uint64) {
+	if r.stepAt == 0 || replies < r.stepAt {
+		return
+	}
+	r.gone++
+	r.next(sent)
+	r.stepped.fire()
 }
 
 // waiter is a request queued behind the probe.
@@ -119,6 +200,20 @@ func (s *slowStart) rampStep(now time.Time) time.Duration {
 	return min(max(now.Sub(s.probeStart)*3/2, rampStepMin), slowStartStep)
 }
 
+// slowProbe reports whether the probe, answered at now, took rampSlowRTT
+// or longer: the ramp after it then quadruples the attempts in flight per
+// step instead of doubling them, and each step goes as soon as the
+// attempts sent before it have answered instead of one and a half round
+// trips after the one before. The care of a doubling ramp is free on a
+// fast upstream (its steps take a few milliseconds) and costly on a slow
+// one: 50 slots of 20 ms behind 150 callers were idle for a quarter of a
+// 0.6 s run while a doubling ramp reached them. The price is a larger last
+// step: an upstream as slow that refuses with 429 past a burst of b may
+// see up to 3b of them at once instead of b.
+func (s *slowStart) slowProbe(now time.Time) bool {
+	return now.Sub(s.probeStart) >= rampSlowRTT
+}
+
 // open ends slow start, if a probe is out: each request still in the queue,
 // in arrival order, is given the turn give returns for its place n (from 1,
 // among those still queued), and all are woken.
@@ -146,10 +241,22 @@ func (s *slowStart) cool() {
 	}
 }
 
-// rampFrom is when the n-th request goes on a doubling ramp of step from
-// now: 1 at once, 2 more after one step, 4 after two...
-func rampFrom(now time.Time, step time.Duration, n int) time.Time {
-	return now.Add(step * time.Duration(doublings(n)))
+// rampFrom is when the n-th request goes at the latest on a ramp of step
+// from now growing by factor: with 2, 1 at once, 2 more after one step, 4
+// after two...; with 4, 3 at once, 12 after one step, 48 after two...
+func rampFrom(now time.Time, step time.Duration, n, factor int) time.Time {
+	return now.Add(step * time.Duration(rampSteps(n, factor)))
+}
+
+// rampSteps is the step (from 0) of the n-th request (from 1) on a ramp
+// growing by factor: the probe and the requests before step k number
+// factor^k.
+func rampSteps(n, factor int) int {
+	k := 0
+	for m := factor; m <= n; m *= factor {
+		k++
+	}
+	return k
 }
 
 // doublings is how many times the ramp doubled before the n-th request's

@@ -1,11 +1,16 @@
 package retryhttp
 
 import (
+	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/retryhttp/retryhttp/internal/fakeclock"
 )
 
 // giveAt gives each waiter a turn n milliseconds after now, and records
@@ -98,6 +103,167 @@ func TestSlowStartRampAfterTheProbe(t *testing.T) {
 
 	const step = 30 * time.Millisecond
 	for n, steps := range map[int]time.Duration{1: 0, 2: 1, 3: 1, 4: 2, 7: 2, 8: 3} {
-		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n), "request %d", n)
+		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n, 2), "request %d", n)
 	}
+	// Quadrupling: the probe and 3 make 4, 12 more make 16, 48 more 64.
+	for n, steps := range map[int]time.Duration{1: 0, 3: 0, 4: 1, 15: 1, 16: 2, 63: 2, 64: 3} {
+		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n, 4), "request %d", n)
+	}
+	assert.False(t, s.slowProbe(now.Add(rampSlowRTT-time.Nanosecond)), "a fast probe: the ramp doubles, on its times")
+	assert.True(t, s.slowProbe(now.Add(rampSlowRTT)))
+}
+
+// The ramp after a slow probe lets each step go once everything sent before
+// it has answered, and no sooner: a 429 among those answers is seen first.
+func TestSlowStartRampGoesOnAnswers(t *testing.T) {
+	var r ramp
+	now := testStart
+	r.begin([]int{3, 12, 20}, 1, now.Add(90*time.Millisecond)) // the probe was sent
+	assert.True(t, r.due(0), "step 0 goes at once")
+	assert.False(t, r.due(1))
+	assert.True(t, r.active(now))
+	woken := r.stepped.wait()
+
+	r.answered(2, 4) // the probe and one of step 0: 2 answers of the 4 sent
+	r.answered(3, 5) // another, and one more was sent meanwhile
+	assert.False(t, r.due(1), "step 0 is still out")
+	assert.False(t, closed(woken))
+	r.answered(4, 5)
+	assert.True(t, r.due(1), "everything sent before step 1 has answered")
+	assert.True(t, closed(woken), "its requests are woken")
+	assert.False(t, r.due(2))
+
+	// Step 2 waits for the 5 sent before step 1 went and step 1's 12.
+	r.answered(16, 19)
+	assert.False(t, r.due(2))
+	r.answered(17, 19)
+	assert.True(t, r.due(2))
+	assert.False(t, r.active(now), "the last step has gone")
+
+	// The requests of a step that leave after others were sent raise
+	// what the next step waits for: its answer, and those before it.
+	r.begin([]int{3, 12, 48}, 1, now.Add(90*time.Millisecond))
+	assert.Equal(t, uint64(4), r.stepAt)
+	r.leaving(0, 2)
+	r.leaving(0, 3)
+	r.leaving(0, 6) // two callers sent their next request before it
+	r.answered(4, 6)
+	assert.False(t, r.due(1), "the last of step 0 has not answered")
+	r.answered(6, 6)
+	assert.True(t, r.due(1))
+	r.leaving(2, 30) // step 2 went at its time, before the answers let it
+	assert.True(t, r.due(2))
+	assert.False(t, r.active(now), "nothing left to go on answers")
+
+	// A 429 halts the ramp: the steps left keep their times.
+	r.begin([]int{3, 12, 48}, 1, now.Add(90*time.Millisecond))
+	r.halt()
+	r.answered(100, 100)
+	assert.False(t, r.due(1))
+	assert.False(t, r.active(now))
+
+	r.begin(nil, 19, now.Add(time.Second))
+	assert.False(t, r.active(now), "a fast probe's ramp goes on its times only")
+	assert.True(t, r.due(0))
+	assert.False(t, r.due(1))
+
+	r.begin([]int{3, 12}, 1, now.Add(30*time.Millisecond))
+	assert.True(t, r.active(now))
+	assert.False(t, r.active(now.Add(30*time.Millisecond)), "over once its last step's time has come, answered or not")
+}
+
+// gatedUpstream answers each attempt with a header-less 200 when the test
+// opens its gate.
+type gatedUpstream struct {
+	calls atomic.Int32
+	gates chan chan struct{}
+}
+
+func newGatedUpstream() *gatedUpstream { return &gatedUpstream{gates: make(chan chan struct{}, 64)} }
+
+func (g *gatedUpstream) RoundTrip(*http.Request) (*http.Response, error) {
+	g.calls.Add(1)
+	gate := make(chan struct{})
+	g.gates <- gate
+	<-gate
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}, nil
+}
+
+// answer opens the gates of the next n attempts to arrive.
+func (g *gatedUpstream) answer(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case gate := <-g.gates:
+			close(gate)
+		case <-time.After(5 * time.Second):
+			t.Fatal("an attempt never came")
+		}
+	}
+}
+
+// burstBehindProbe sends one request, waits for it to reach the upstream,
+// then sends n more, which queue behind it; it returns a wait for all.
+func burstBehindProbe(t *testing.T, rt http.RoundTripper, up *gatedUpstream, clk *fakeclock.Clock, n int) func() {
+	var wg sync.WaitGroup
+	send := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := rt.RoundTrip(get(t, "https://api.test/x")); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	send()
+	require.Eventually(t, func() bool { return up.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	pending := clk.Pending()
+	for range n {
+		send()
+	}
+	require.True(t, clk.WaitForTimers(pending+n, 5*time.Second), "the burst waits behind the probe")
+	return wg.Wait
+}
+
+// After a probe that took 20 ms, the queue goes on a ramp that quadruples:
+// 3 at once, then 12 as soon as those 3 have answered, without waiting for
+// the step's time (30 ms).
+func TestSlowStartRampAfterASlowProbeGoesOnAnswers(t *testing.T) {
+	clk := fakeclock.New(testStart)
+	up := newGatedUpstream()
+	rt := New(up, WithClock(clk))
+	wait := burstBehindProbe(t, rt, up, clk, 15)
+	pending := clk.Pending()
+
+	clk.Advance(20 * time.Millisecond)
+	up.answer(t, 1) // the probe
+	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond, "the probe and 3")
+	require.True(t, clk.WaitForTimers(pending-3, 5*time.Second), "the 12 others wait for their step")
+	assert.Equal(t, int32(4), up.calls.Load())
+
+	up.answer(t, 3) // the clock does not move
+	require.Eventually(t, func() bool { return up.calls.Load() == 16 }, 5*time.Second, time.Millisecond, "step 1 goes on the answers of step 0")
+	up.answer(t, 12)
+	wait()
+}
+
+// After a fast probe (2 ms), the ramp doubles on its times, answers or not:
+// a header-less server that refuses past a small burst sees a few 429s, not
+// a wave.
+func TestSlowStartRampAfterAFastProbeKeepsItsTimes(t *testing.T) {
+	clk := fakeclock.New(testStart)
+	up := newGatedUpstream()
+	rt := New(up, WithClock(clk))
+	wait := burstBehindProbe(t, rt, up, clk, 3)
+
+	clk.Advance(2 * time.Millisecond)
+	up.answer(t, 1)
+	require.Eventually(t, func() bool { return up.calls.Load() == 2 }, 5*time.Second, time.Millisecond, "the probe and 1")
+	up.answer(t, 1)
+	require.True(t, clk.WaitForTimers(2, 5*time.Second), "the other 2 wait for their step")
+	assert.Equal(t, int32(2), up.calls.Load(), "an answer does not let them go")
+	clk.Advance(3 * time.Millisecond) // a step and a half of the probe's 2 ms
+	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond)
+	up.answer(t, 2)
+	wait()
 }

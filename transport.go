@@ -51,8 +51,11 @@ func (t *RetryTransport) configure(base http.RoundTripper, opts []Option) {
 
 // ready sets up a zero RetryTransport with the defaults on its first use.
 func (t *RetryTransport) ready() {
-	t.setup.Do(func() { t.configure(nil, nil) })
+	t.setup.Do(t.configureDefaults) // a method value, not a closure: ready inlines
 }
+
+// configureDefaults is configure for a zero RetryTransport.
+func (t *RetryTransport) configureDefaults() { t.configure(nil, nil) }
 
 // CloseIdleConnections closes the idle connections of the base transport, if
 // it has that method (as [http.Transport] does). [http.Client.CloseIdleConnections]
@@ -99,6 +102,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.logAttemptDone(&o)
 		}
 		if !o.retry {
+			if o.plain() { // most requests: a 2xx or 3xx, no verdict to keep
+				return o.resp, nil
+			}
 			return c.finish(&o, nil)
 		}
 		if c.ctx.Err() != nil {
@@ -149,7 +155,7 @@ type call struct {
 // call. A request that can never succeed is refused here, before anything
 // is sent.
 func (t *RetryTransport) begin(c *call, req *http.Request) error {
-	if err := validateRequest(req); err != nil {
+	if err := validateRequest(req, t.upstreams.lastHost()); err != nil {
 		if req != nil && req.Body != nil {
 			req.Body.Close()
 		}
@@ -166,7 +172,9 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 	if req.Body != nil && req.Body != http.NoBody { // else c.body stays the zero one: no body
 		c.body = newRequestBody(req, c.policy.maxBufferedBody)
 	}
-	c.header = c.policy.stampHeaders(req)
+	if c.policy.idempotencyKey { // else no header to stamp, none to copy
+		c.header = c.policy.stampHeaders(req)
+	}
 	return nil
 }
 
@@ -295,7 +303,7 @@ func (c *call) finish(o *outcome, stop *stopReason) (*http.Response, error) {
 		c.logGiveUp(o.status(), o.err, stop.err, why, false)
 	}
 	if o.err == nil {
-		if o.resp.StatusCode < 400 && stop == nil {
+		if stop == nil && o.plain() {
 			return o.resp, nil // no verdict to keep
 		}
 		if b := trackedBody(o.resp); b != nil {

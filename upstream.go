@@ -80,6 +80,9 @@ type turn struct {
 	// reprobes is the upstream's count of new probes when the turn was
 	// given: a turn from before the upstream went cold again is void.
 	reprobes uint32
+	// step, on the ramp after the probe, is its step from 1 (0: not on
+	// the ramp): it may go before at once the ramp lets it (see ramp).
+	step int
 }
 
 // pass is what an admitted attempt carries back to observe.
@@ -88,6 +91,9 @@ type pass struct {
 	sent  uint64    // its place among the attempts sent to the upstream
 	at    time.Time // when it was sent (zero if not numbered)
 	probe bool
+	// fineWait is set when the wait a 429 named came in milliseconds
+	// (see outcome.fineWait).
+	fineWait bool
 	// settle is the attempt's booking on the local token limits, which
 	// the usage its response reports settles (usage.go); nil when it
 	// booked no tokens here.
@@ -102,7 +108,7 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	defer u.mu.Unlock()
 	u.reprobeIfDue(now)
 	if u.start.overdue(now) {
-		u.openLocked(now) // the probe is taking too long to tell us anything
+		u.openLocked(now, false) // the probe is taking too long to tell us anything
 	}
 	switch u.start.phase {
 	case cold:
@@ -114,7 +120,9 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	}
 	u.grow(now)
 	t = u.turnAt(u.afterHold(now, jitter))
-	u.free.Store(u.interval == 0 && u.limits == nil && u.hold.free(now))
+	// (Not free while a ramp waits for answers: their outcomes must be
+	// observed to count.)
+	u.free.Store(u.interval == 0 && u.limits == nil && u.hold.free(now) && !u.start.ramp.active(now))
 	return t, nil, pass{u: u}
 }
 
@@ -188,6 +196,14 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	if u.reprobeIfDue(now); t.reprobes != u.hold.reprobes {
 		return time.Time{}, nil, true
 	}
+	step := t.step // on the ramp, from 1
+	if step > 0 && u.start.ramp.due(step-1) {
+		// The steps of the ramp before its own have answered: it
+		// goes now (or takes a paced slot, if a 429 came meanwhile).
+		if t.step = 0; t.at.After(now) {
+			t.at = now
+		}
+	}
 	if t.paced && (u.interval <= 0 || t.clockID != u.clockID) {
 		// Its slot was on a pace since stopped: it is due now, and
 		// takes a slot if a new pace has started.
@@ -214,6 +230,9 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		if r := u.hold.reprobeAt; !r.IsZero() && at.After(r) {
 			at = r // wake for the new probe, and take a place again
 		}
+		if t.step > 0 {
+			return at, u.start.ramp.stepped.wait(), false // woken when its step may go
+		}
 		return at, u.quickerFor(*t), false
 	}
 	if t.probe {
@@ -221,6 +240,9 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	}
 	if short := u.shortfall(now, u.sent-u.replies); short > 0 {
 		return now.Add(short), nil, false
+	}
+	if step > 0 {
+		u.start.ramp.leaving(step-1, u.sent+1) // it is the next sent
 	}
 	return time.Time{}, nil, false
 }
@@ -260,23 +282,49 @@ func (u *upstream) holdUntil(now, at time.Time, byQuota bool) bool {
 
 // openLocked ends slow start, if a probe is out: queued requests get their
 // turns in arrival order: paced slots, or, on an upstream that is neither
-// paced nor held, a ramp doubling every one and a half round trips of the
-// probe (see slowStart.rampStep and rampFrom).
-func (u *upstream) openLocked(now time.Time) {
+// paced nor held, a ramp that doubles the attempts in flight per step
+// (quadruples them after a slow probe's answer: see
+// slowStart.rampFactor), each step going once the steps before it have
+// answered, and at the latest one and a half round trips of the probe
+// after the one before (see slowStart.rampStep and rampFrom). answered: the
+// probe's answer is in (not: it took too long, or was called off), so its
+// round trip is known.
+func (u *upstream) openLocked(now time.Time, answered bool) {
+	if u.start.phase != probing {
+		return // open already: a ramp under way goes on
+	}
 	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
-	step := u.start.rampStep(now)
+	step, factor := u.start.rampStep(now), 2
+	clocked := answered && u.start.slowProbe(now)
+	if clocked {
+		factor = 4
+	}
+	var sizes []int // of the ramp's steps
 	u.start.open(func(n int) turn {
 		if ramp {
-			at := rampFrom(now, step, n)
+			at := rampFrom(now, step, n, factor)
+			k := rampSteps(n, factor)
+			if k == len(sizes) {
+				sizes = append(sizes, 0)
+			}
+			sizes[k]++
 			if u.bound > 0 && at.After(now.Add(u.bound)) {
 				// Bounded trust: the requests ahead may give up, and
 				// nothing then goes before this turn.
 				at = now.Add(u.bound)
 			}
-			return turn{at: at, firm: true, reprobes: u.hold.reprobes}
+			t := turn{at: at, firm: true, reprobes: u.hold.reprobes}
+			if clocked {
+				t.step = k + 1
+			}
+			return t
 		}
 		return u.turnAt(u.afterHold(now, 0))
 	})
+	if !clocked {
+		sizes = nil
+	}
+	u.start.ramp.begin(sizes, u.sent, now.Add(step*time.Duration(len(sizes))))
 }
 
 // abandon ends slow start when the probe will not be sent after all (its
@@ -288,7 +336,7 @@ func (p pass) abandon(now time.Time) {
 		return
 	}
 	p.u.mu.Lock()
-	p.u.openLocked(now)
+	p.u.openLocked(now, false)
 	p.u.mu.Unlock()
 }
 
@@ -315,6 +363,11 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	u.free.Store(false) // schedule decides again, on the clock
 	if p.sent > 0 {
 		u.replies++
+		if throttled {
+			u.start.ramp.halt()
+		} else {
+			u.start.ramp.answered(u.replies, u.sent)
+		}
 	}
 	if gotResponse {
 		u.answered(now, throttled)
@@ -329,7 +382,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if u.rate == 0 && !limits.Known() {
 			u.seedAccepts(now)
 		}
-		u.pacer.throttled(now, limits.Known(), hold, p.sent)
+		u.pacer.throttled(now, limits.Known(), hold, p.fineWait, p.sent)
 		if knew > 0 {
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
@@ -348,7 +401,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		u.limits.correct(now, limits)
 	}
 	if p.probe || (u.start.phase == probing && gotResponse) {
-		u.openLocked(now)
+		u.openLocked(now, gotResponse)
 	}
 	if moved {
 		held = u.hold.end
@@ -432,6 +485,13 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 		at := q.Reset
 		if d == Requests && (l.Replenishing || l.Window > 0 || u.coarse || u.mode == paceObserved) {
 			unit := u.unitAfter()
+			if unit == 0 && l.Window > 0 && q.HasLimit && q.Limit > 0 {
+				// A policy states the rate before the pacer has
+				// learnt it (this is its first reading): the next
+				// unit is a window's share away, not its reset (a
+				// whole second, for a bucket of one at 5 a second).
+				unit = l.Window / time.Duration(q.Limit)
+			}
 			if unit > 0 && now.Add(unit).Before(at) {
 				at = now.Add(unit)
 			}

@@ -13,7 +13,11 @@ import (
 // host or header that is not valid HTTP. It is detected before the first attempt.
 var ErrInvalidRequest = errors.New("retryhttp: invalid request")
 
-func validateRequest(req *http.Request) error {
+// validateRequest refuses a request that can never succeed (see
+// ErrInvalidRequest). knownHost is a host found valid before, "" if none:
+// a request to it skips the check of the host's bytes, the costliest part
+// of the check for a request with a small header.
+func validateRequest(req *http.Request, knownHost string) error {
 	switch {
 	case req == nil:
 		return fmt.Errorf("%w: nil request", ErrInvalidRequest)
@@ -23,11 +27,11 @@ func validateRequest(req *http.Request) error {
 		return fmt.Errorf("%w: unsupported protocol scheme %q", ErrInvalidRequest, req.URL.Scheme)
 	case req.URL.Host == "":
 		return fmt.Errorf("%w: no host in URL", ErrInvalidRequest)
-	case !validHost(req.URL.Host):
+	case req.URL.Host != knownHost && !validHost(req.URL.Host):
 		return fmt.Errorf("%w: invalid host %q", ErrInvalidRequest, req.URL.Host)
 	case req.Host != "" && req.Host != req.URL.Host && !validHost(req.Host):
 		return fmt.Errorf("%w: invalid host %q", ErrInvalidRequest, req.Host)
-	case req.Method != "" && !isToken(req.Method):
+	case !commonMethod(req.Method) && !isToken(req.Method):
 		return fmt.Errorf("%w: invalid method %q", ErrInvalidRequest, req.Method)
 	}
 	n := len(req.Header)
@@ -59,6 +63,16 @@ func validateRequest(req *http.Request) error {
 		}
 	}
 	return nil
+}
+
+// commonMethod reports the methods most requests use ("" is GET), all
+// tokens: comparing with them costs less than checking every byte.
+func commonMethod(m string) bool {
+	switch m {
+	case "", http.MethodGet, http.MethodPost:
+		return true
+	}
+	return false
 }
 
 // commonRequestKeys are header keys, valid names, that requests with few

@@ -78,6 +78,35 @@ func TestInvalidRequestsAreRefusedBeforeAnyAttempt(t *testing.T) {
 	}
 }
 
+// A request to the host of the upstream the transport found last skips the
+// check of the host's bytes (that host was checked when the upstream was
+// made): any other host is still checked, on a transport keyed by host and
+// on one keyed by WithKeyFunc, whose keys hold no host.
+func TestInvalidHostsAreRefusedAfterAValidRequest(t *testing.T) {
+	for _, opts := range [][]Option{nil, {WithKeyFunc(func(*http.Request) string { return "tenant" })}} {
+		mock := httpmock.NewMockTransport()
+		mock.RegisterNoResponder(httpmock.NewStringResponder(200, "ok"))
+		rt := New(mock, append(opts, WithClock(autoClock()))...)
+		req, err := http.NewRequest(http.MethodGet, "https://api.test/v1", nil)
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		for _, mod := range []func(r *http.Request){
+			func(r *http.Request) { r.URL.Host = "api .test" },
+			func(r *http.Request) { r.URL.Host, r.Host = "api\\.test", "" },
+			func(r *http.Request) { r.Host = "api.test\r\nX-Evil: 1" },
+		} {
+			req, err := http.NewRequest(http.MethodGet, "https://api.test/v1", nil)
+			require.NoError(t, err)
+			mod(req)
+			_, err = rt.RoundTrip(req)
+			assert.ErrorIs(t, err, ErrInvalidRequest, "URL host %q, Host %q", req.URL.Host, req.Host)
+		}
+		assert.Equal(t, 1, mock.GetTotalCallCount(), "only the valid request was sent")
+	}
+}
+
 func TestNilRequestIsRefused(t *testing.T) {
 	mock := httpmock.NewMockTransport()
 	resp, err := New(mock).RoundTrip(nil)
@@ -96,13 +125,13 @@ func TestValidRequestsPass(t *testing.T) {
 			"X-Empty":        {""},
 			"X-Custom_Token": {"v"},
 		}}
-		assert.NoError(t, validateRequest(req), raw)
+		assert.NoError(t, validateRequest(req, ""), raw)
 		for _, m := range []string{"GET", "POST", "PATCH", "PROPFIND", "M-SEARCH"} {
 			req.Method = m
-			assert.NoError(t, validateRequest(req), m)
+			assert.NoError(t, validateRequest(req, ""), m)
 		}
 	}
-	err := validateRequest(&http.Request{URL: &url.URL{Scheme: "https", Host: "api.test"}, Host: "other.test:8443"})
+	err := validateRequest(&http.Request{URL: &url.URL{Scheme: "https", Host: "api.test"}, Host: "other.test:8443"}, "")
 	assert.NoError(t, err)
 	assert.False(t, errors.Is(err, ErrInvalidRequest))
 }
