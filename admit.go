@@ -224,6 +224,7 @@ func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 		u.unbook(t)
 		return pass{}, err
 	}
+	p.at = c.t.cfg.clock.Now()
 	u.dispatch(&p)
 	p.settle = c.newSettlement(u, local)
 	return p, nil
@@ -426,6 +427,15 @@ func (c *call) observe(a *admission, o *outcome) {
 	}
 	now := c.t.cfg.clock.Now()
 	held, mode := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
+	if o.throttled {
+		if w, ok := u.retryWait(now); ok && (o.serverWait == 0 || w < o.serverWait) {
+			// A fixed window's learned end: the retry takes its turn
+			// there, not at the stated whole second, nor after a
+			// backoff when the stated time has passed already (a
+			// reset or Retry-After date cut down).
+			o.serverWait = max(w, time.Millisecond)
+		}
+	}
 	if !held.IsZero() && c.t.cfg.quota != nil {
 		c.holdShared(c.t.cfg.quota, held, now)
 	}

@@ -67,15 +67,16 @@ type pacer struct {
 	lostSends [16]uint64
 	lostNext  uint64
 
-	rate     float64  // the rate (per second) requests are paced at, before margins
-	ceiling  float64  // below the rate that last drew a 429; 0: none yet
-	proven   float64  // the highest lower bound on the rate readings gave since the last 429
-	sent     uint64   // attempts sent so far; orders responses against sends
-	rejected uint64   // 429s seen so far: sends the server did not count
-	mark     reading  // where the current drain measurement starts
-	use      quotaUse // how much of a coarse quota the pace leaves unused
-	flat     bool     // a coarse quota drained with no refill (see spotLump)
-	lumpy    bool     // a coarse quota refills in lumps: a fixed window
+	rate     float64    // the rate (per second) requests are paced at, before margins
+	ceiling  float64    // below the rate that last drew a 429; 0: none yet
+	proven   float64    // the highest lower bound on the rate readings gave since the last 429
+	sent     uint64     // attempts sent so far; orders responses against sends
+	rejected uint64     // 429s seen so far: sends the server did not count
+	mark     reading    // where the current drain measurement starts
+	use      quotaUse   // how much of a coarse quota the pace leaves unused
+	flat     bool       // a coarse quota drained with no refill (see spotLump)
+	lumpy    bool       // a coarse quota refills in lumps: a fixed window
+	edge     windowEdge // where such a window ends, by its answers
 	// cleared counts attempts windowShortfall let go that are not sent
 	// yet (see sentOne); clearedAt is when it last let one go.
 	cleared   int
@@ -310,7 +311,7 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	}
 	l := p.latest
 	if p.lumpy {
-		return p.windowShortfall(now)
+		return p.windowShortfall(now, inFlight)
 	}
 	if !p.coarse || p.proven <= 0 || l.at.IsZero() {
 		return 0
@@ -360,33 +361,66 @@ func (p *pacer) spacing(now time.Time) time.Duration {
 // before its end, so once the attempts sent since the latest reading have
 // used what it said remained, the next waits for the window's end (within
 // the bound). Requests booked before the count ran out meet this check too.
-// Past the end the window is counted full again, less what went since the
-// reading; when that too is used, the next waits a lumpSpread for the new
-// window's first answers, which bring its count and its end.
-func (p *pacer) windowShortfall(now time.Time) time.Duration {
+// inFlight is how many attempts are out. The end is the one learned from the answers (see windowEdge) once there
+// is one, else the stated reset. While the learned end is known only
+// roughly, one probe goes at the middle of where it may be, the others wait
+// for its answer. Past the end the window is counted full again, less what
+// went since the reading; when that too is used, the next waits a
+// lumpSpread for the new window's first answers, which bring its count and
+// its end.
+func (p *pacer) windowShortfall(now time.Time, inFlight uint64) time.Duration {
 	l := p.latest
 	if now.Sub(p.clearedAt) > lumpSpread {
 		p.cleared = 0 // cleared, then given up before it was sent
 	}
-	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0) + float64(p.cleared)
-	turned := !l.reset.After(now)
-	have := float64(l.remaining) - spent
-	if turned {
-		have = float64(p.limit) - spent
+	// Attempts sent at once reach the server in any order: one answered
+	// before others sent ahead of it does not cover them, so every
+	// attempt still out counts as spent.
+	since := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0)
+	spent := max(since, float64(inFlight)) + float64(p.cleared)
+	end := l.reset
+	at, fine, learned := p.edge.next(p.statedEnd())
+	if learned {
+		end = at
 	}
+	have := float64(l.remaining) - spent
 	switch {
 	case have > 0:
-		// Counted at once: others checking before it is sent must
-		// not spend the same unit.
-		p.cleared++
-		p.clearedAt = now
-		return 0
-	case turned:
-		return lumpSpread
-	case p.bound > 0:
-		return min(l.reset.Sub(now), p.bound)
+	case end.After(now) && float64(l.remaining)-since-float64(p.cleared) > 0:
+		// Only attempts out, some perhaps counted already, hold it
+		// back: their answers tell soon.
+		return min(end.Sub(now), probePoll)
+	case end.After(now):
+		if p.bound > 0 {
+			return min(end.Sub(now), p.bound)
+		}
+		return end.Sub(now)
+	case learned && !fine:
+		// Past the middle of where the window may end: one probe
+		// tells which side it is on.
+		if p.edge.probing(now) {
+			return probePoll
+		}
+		p.edge.probeAt = now
+	default:
+		if have = float64(p.limit) - spent; have <= 0 {
+			return lumpSpread
+		}
 	}
-	return l.reset.Sub(now)
+	// Counted at once: others checking before it is sent must not spend
+	// the same unit.
+	p.cleared++
+	p.clearedAt = now
+	return 0
+}
+
+// statedEnd is the current window's end as the latest reading stated it,
+// if it had not passed when read; else zero.
+func (p *pacer) statedEnd() time.Time {
+	if l := p.latest; l.reset.After(l.at) {
+		return l.reset
+	}
+	return time.Time{}
 }
 
 // sentOne counts an attempt sent, one that windowShortfall let go among
@@ -674,8 +708,25 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		p.coarse, p.limit = true, q.Limit
 		p.countDry(now, q)
 		p.spotLump(now, q, sent)
+		sameWindow := p.lumpy && !p.edge.fresh && !p.latest.at.IsZero()
 		if sent >= p.latest.sent {
-			p.latest = reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected, reset: q.Reset}
+			r := reading{at: now, remaining: q.Remaining, sent: sent, rejected: p.rejected, reset: q.Reset}
+			if sameWindow {
+				// A window's count only falls: an answer the server
+				// counted before others (attempts sent at once arrive
+				// in any order) does not bring units back.
+				r.remaining = min(r.remaining, p.latest.remaining)
+			}
+			p.latest = r
+		} else if sameWindow {
+			p.latest.remaining = min(p.latest.remaining, q.Remaining)
+			if p.refused {
+				// A 429 to an attempt sent before the latest
+				// reading's: that reading's count already left it
+				// out, so it frees no unit (each such 429 let one
+				// more go past a window's count).
+				p.latest.rejected++
+			}
 		}
 	}
 	if q.Coarse && q.HasLimit && q.HasRemaining && q.Remaining < q.Limit-1 && !q.Reset.After(now) {

@@ -301,16 +301,19 @@ func tolerance(w world) float64 {
 // so the list can shrink. What a gap cell must still do is in the test.
 func gap(w world) string {
 	switch {
-	case w.family == "github" && w.phase > 0:
+	case w.family == "github" && w.phase > 0 && w.load.rate >= lumpMinLimit:
 		return "a fixed window that ends within the second, its resets rounded to whole seconds (up to a second late or early): " +
-			"the window's end is taken as stated, so retryhttp idles to a late one or sends into a window still shut at an early one: " +
-			"1.0-4.2x the ideal, up to 84 of 240 requests see a 429, where the plain loop runs at 1.0-1.4x"
+			"its end is learned from the answers and bisected with one probe at a time (windowEdge): 1.00-1.02x the ideal, " +
+			"at most 12 of 240 (15 of 500) requests see a 429, but while the end is still known only to some tens of milliseconds " +
+			"the last window's requests go up to 30-45 ms after it opens, behind the plain loop's retries that land in it at once " +
+			"(in about a third of the runs of the 40 a second cells, a tenth of the 100 a second ones)"
 	case w.family == "github" && w.load.rate < lumpMinLimit:
-		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, 1.2-1.4x the ideal (the plain loop 1.55x)"
+		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, 1.1-1.4x the ideal (the plain loop 1.46-1.55x)"
 	case w.family == "github":
 		return "a fixed window of a second: the plain loop's retries a second apart land in each new window exactly, at the ideal; " +
-			"told from a bucket by its lumps after the first window, retryhttp runs at 1.00-1.04x the ideal, up to 4% behind the plain loop, " +
-			"and 10-18 of 240 requests see a 429, up to 7.5% (the first window's probes, and an attempt or two past each window's count)"
+			"told from a bucket by its lumps after the first window, its end then learned from the answers, retryhttp runs at 1.00x the ideal " +
+			"with 5-12 of 240 requests seeing a 429 (the first window's probes, and a few bisecting its end), and now and then " +
+			"finishes 1-2 ms after the plain loop (about one run in twenty of the 40 a second cells)"
 	}
 	return ""
 }
@@ -370,10 +373,16 @@ func TestRobustnessMatrix(t *testing.T) {
 				if w.family == "none" && ratio > 2 {
 					t.Errorf("with no headers the wall must stay within 2x: %.2fx", ratio)
 				}
-				aligned := w.family == "github" && w.phase == 0 && w.load.rate >= lumpMinLimit
-				if aligned && (got.failed > 0 || got.saw429 > w.load.requests()/10 || ratio > tolerance(w)) {
-					t.Errorf("a fixed window on whole seconds must complete every request within the tolerance "+
-						"and let at most 10%% see a 429: %s", strings.Join(misses, "; "))
+				// Held to the targets, with margins for goroutine
+				// orders (measured: at most 5% see a 429, at most
+				// 45 ms behind the plain loop, -race included).
+				window := w.family == "github" && w.load.rate >= lumpMinLimit
+				if window && (got.failed > 0 || got.saw429 > w.load.requests()*8/100 || ratio > tolerance(w)) {
+					t.Errorf("a fixed window told by its lumps must complete every request within the tolerance "+
+						"and let at most 8%% see a 429: %s", strings.Join(misses, "; "))
+				}
+				if window && got.wall > base.wall+100*time.Millisecond {
+					t.Errorf("a fixed window told by its lumps must finish within 100 ms of the plain loop: %v, the plain loop %v", got.wall, base.wall)
 				}
 				if w.family == "github" && (got.failed > 0 || ratio > 6) {
 					t.Errorf("a fixed window must still complete every request within 6x the ideal: %s", strings.Join(misses, "; "))

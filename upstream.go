@@ -88,7 +88,8 @@ type turn struct {
 // pass is what an admitted attempt carries back to observe.
 type pass struct {
 	u     *upstream
-	sent  uint64 // its place among the attempts sent to the upstream
+	sent  uint64    // its place among the attempts sent to the upstream
+	at    time.Time // when it was sent (zero if not numbered)
 	probe bool
 	// fineWait is set when the wait a 429 named came in milliseconds
 	// (see outcome.fineWait).
@@ -396,13 +397,16 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if knew > 0 {
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
+		if w, ok := u.windowWait(now); ok {
+			hold = min(hold, w) // so does a window's learned end
+		}
 	}
 	if hold > 0 && u.holdUntil(now, now.Add(hold), false) {
 		moved = true
 	}
 	if limits.Known() {
 		u.stated, u.statedAt = limits, now
-		moved = u.learnLocked(now, limits, p.sent, throttled) || moved
+		moved = u.learnLocked(now, limits, p.sent, p.at, throttled) || moved
 	}
 	if u.limits != nil && limits.Known() {
 		u.limits.correct(now, limits)
@@ -443,7 +447,10 @@ func (u *upstream) seedAccepts(now time.Time) {
 //
 // A quota hold is lifted by a newer reading that says quota remains: the
 // server's count beats its earlier statement (a 429's hold stays).
-func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, throttled bool) bool {
+func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, sentAt time.Time, throttled bool) bool {
+	if coarseBucket(l) {
+		u.edge.see(sentAt, now, l.Requests.Remaining, l.Requests.Limit)
+	}
 	if q := l.Requests; !throttled && sent == u.sent && q.HasRemaining && q.Remaining > headroom {
 		// (holdEnd stays: turns booked at the hold's end keep that time.)
 		u.hold.lift()
@@ -457,6 +464,22 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, throttl
 		moved = u.holdUntil(now, now.Add(2*u.bound), true) || moved
 	}
 	return moved
+}
+
+// windowWait is how long a request refused by a fixed window whose end was
+// learned from its answers (see windowEdge) need wait before it tries
+// again: until that end, or the next probe of it; ok is false for any other
+// upstream. The window's own wait (its reset, a whole-second Retry-After)
+// is only a statement: the pacer lets the next attempt go on time.
+func (u *upstream) windowWait(now time.Time) (time.Duration, bool) {
+	if !u.lumpy {
+		return 0, false
+	}
+	at, _, ok := u.edge.next(u.statedEnd())
+	if !ok {
+		return 0, false
+	}
+	return max(at.Sub(now), 0), true
 }
 
 // exhaustedUntilLocked is when a reading with nothing left lets requests go
@@ -483,8 +506,25 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 			if unit > 0 && now.Add(unit).Before(at) {
 				at = now.Add(unit)
 			}
+			if unit > 0 && !at.After(now) && u.coarse && u.dry > 1 {
+				// Its reset has passed and it is still empty, found
+				// so again and again: the next probe waits a unit,
+				// doubled with each (a window that ends later than
+				// its reset said, cut down, is not probed every unit).
+				at = now.Add(unit)
+			}
+			if w, ok := u.windowWait(now); ok && now.Add(w).Before(at) {
+				at = now.Add(w) // the window's learned end beats its stated one
+			}
 		}
 		until = later(until, at)
 	}
 	return until
+}
+
+// retryWait is windowWait for a request's own retry, under the lock.
+func (u *upstream) retryWait(now time.Time) (time.Duration, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.windowWait(now)
 }
