@@ -455,7 +455,7 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, sentAt 
 		// (holdEnd stays: turns booked at the hold's end keep that time.)
 		u.hold.lift()
 	}
-	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l), true)
+	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l, sentAt), true)
 	u.learn(now, l, sent)
 	if u.poisoned() {
 		// A pace of one attempt per bound is a hold of the bound in
@@ -485,8 +485,21 @@ func (u *upstream) windowWait(now time.Time) (time.Duration, bool) {
 // exhaustedUntilLocked is when a reading with nothing left lets requests go
 // again: the reset, except that a request quota that refills at a known
 // rate (a bucket, a stated policy, a measured drain, the observed rate)
-// has its next unit back sooner than it is full again.
-func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
+// has its next unit back sooner than it is full again. sentAt is when the
+// attempt the reading answers was sent (zero if unknown).
+//
+// A bucket's fine reset (OpenAI's durations) is read from the answer's
+// arrival, but the server counted the attempt somewhere in its round trip,
+// and the next attempt reaches the server a leg of its own round trip
+// after it goes: held from the arrival, each attempt of an empty bucket
+// would cost its interval and a whole round trip (1.1-1.2x the ideal for
+// a bucket of one with a 20 ms round trip, and the pace then fell behind
+// the holds until two went at once and drew a 429). The hold ends half a
+// round trip sooner: the next attempt still arrives after the reset as
+// long as the two legs between (this answer's way back, the next one's way
+// out) take at least half a round trip, and a round trip is trusted for
+// no more than a tenth of the interval the reset states.
+func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits, sentAt time.Time) time.Time {
 	var until time.Time
 	for _, d := range dimensions {
 		q := l.Quota(d)
@@ -494,6 +507,10 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits) time.Time {
 			continue // always "exhausted": its pace holds it
 		}
 		at := q.Reset
+		if l.Replenishing && !q.Coarse && !sentAt.IsZero() && sentAt.Before(now) && at.After(now) {
+			half := min(now.Sub(sentAt)/2, at.Sub(now)/10)
+			at = at.Add(-half)
+		}
 		if d == Requests && (l.Replenishing || l.Window > 0 || u.coarse || u.mode == paceObserved) {
 			unit := u.unitAfter()
 			if unit == 0 && l.Window > 0 && q.HasLimit && q.Limit > 0 {
