@@ -69,3 +69,29 @@ func TestLongRoundTripHoldFromTheSend(t *testing.T) {
 		})
 	}
 }
+
+// TestLongRoundTripHeaderlessBucketOfOne: a bucket of one that states no
+// limit, answering after 20 ms. Its probe's answer is slow enough for the
+// quadrupling ramp, whose first step sent three at once: all three drew a
+// 429 (5-8 of 60 requests saw one, the target is 3). The first step now
+// only doubles: one is refused, and the ramp halts on it.
+func TestLongRoundTripHeaderlessBucketOfOne(t *testing.T) {
+	for _, ra := range []retrytest.RetryAfterStyle{retrytest.RetryAfterSeconds, retrytest.RetryAfterDate, retrytest.RetryAfterNone} {
+		w := world{
+			family:     "none",
+			rounding:   retrytest.RoundUp,
+			retryAfter: ra,
+			load:       workload{name: "5rps-b1-20c", rate: 5, burst: 1, callers: 20, each: 3},
+			rtt:        20 * time.Millisecond,
+		}
+		t.Run(fmt.Sprint(ra), func(t *testing.T) {
+			got := runWorld(t, w, func(b http.RoundTripper) http.RoundTripper { return New(b) })
+			ratio := float64(got.wall) / float64(w.ideal())
+			t.Logf("%s: %.2fx the ideal (%v), %d failed, %d saw a 429", w, ratio, got.wall.Round(time.Millisecond), got.failed, got.saw429)
+			if limit := w.load.requests() / 20; got.failed > 0 || got.saw429 > limit || ratio > 1.3 {
+				t.Errorf("%.2fx the ideal, %d failed, %d saw a 429: want none failed, at most %d seeing a 429, within 1.3x",
+					ratio, got.failed, got.saw429, limit)
+			}
+		})
+	}
+}

@@ -322,9 +322,10 @@ func tolerance(w world) float64 {
 func gap(w world) string {
 	long := w.roundTrip() >= 20*time.Millisecond
 	switch {
-	case long && w.load.burst == 1 && w.family == "none":
-		return "a header-less bucket of one answering in 20 ms: the probe's slow answer quadruples the attempts in flight " +
-			"per step (slowProbe), three go at once at a bucket of one, and 5-8 of 60 requests see a 429 (target 3); 1.20-1.34x the ideal"
+	case long && w.load.burst == 1 && w.family == "none" && w.retryAfter == retrytest.RetryAfterMillis:
+		return "a header-less bucket of one answering in 20 ms, its 429s naming the wait in milliseconds: the ramp's " +
+			"first step draws one 429 and halts, but the observed pace then probes at 190 ms, under the bucket's 200 ms, " +
+			"and every other attempt is refused until it settles: 5 of 60 requests see a 429 (target 3), 1.16x the ideal"
 	case w.family == "github" && w.phase > 0 && w.load.rate >= lumpMinLimit:
 		return "a fixed window that ends within the second, its resets rounded to whole seconds (up to a second late or early): " +
 			"its end is learned from the answers and bisected with one probe at a time (windowEdge): 1.00-1.02x the ideal, " +

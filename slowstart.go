@@ -17,8 +17,8 @@ import (
 //     behind the probe go on a ramp, so that a server at its limit answers
 //     the first few with a 429 (or a 503) before the rest are sent: after
 //     a fast probe, doubling (1, 2, 4, 8, ...) one and a half round trips
-//     of the probe apart; after a slow one (see slowProbe), quadrupling
-//     (3, 12, 48, ...), each step as soon as what was sent before it has
+//     of the probe apart; after a slow one (see slowProbe), doubling once
+//     then quadrupling (1, 2, 12, 48, ...), each step as soon as what was sent before it has
 //     answered (see ramp). Later requests go at once, as if this stage did
 //     not exist;
 //   - rate-limit headers: requests are paced (see pacer).
@@ -243,16 +243,31 @@ func (s *slowStart) cool() {
 
 // rampFrom is when the n-th request goes at the latest on a ramp of step
 // from now growing by factor: with 2, 1 at once, 2 more after one step, 4
-// after two...; with 4, 3 at once, 12 after one step, 48 after two...
+// after two...; with 4, 1 at once, 2 more after one step, 12 after two, 48
+// after three...
 func rampFrom(now time.Time, step time.Duration, n, factor int) time.Time {
 	return now.Add(step * time.Duration(rampSteps(n, factor)))
 }
 
 // rampSteps is the step (from 0) of the n-th request (from 1) on a ramp
 // growing by factor: the probe and the requests before step k number
-// factor^k.
+// factor^k, except that a ramp growing faster than doubling doubles first:
+// the probe and one, then factor, factor^2...
+//
+// The probe's answer named no limit, and a server that answered one request
+// may have room for no more than one (a bucket of one that states nothing
+// until it refuses). Quadrupled at once, three went together at such a
+// bucket and all were refused (a header-less bucket of one answering in 20
+// ms: 5-8 of its 60 requests saw a 429); doubled first, one is, and the
+// ramp halts on it. The steps after it are the quadrupling ramp's, so a
+// larger upstream's step overshoots no more than before (merging the first
+// two steps sent 14 at once at a bucket of 4, and 15-20 of its 240 requests
+// saw a 429); it pays one more round trip to fill.
 func rampSteps(n, factor int) int {
 	k := 0
+	if factor > 2 && n >= 2 {
+		k++ // the doubling first step
+	}
 	for m := factor; m <= n; m *= factor {
 		k++
 	}

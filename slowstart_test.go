@@ -105,8 +105,10 @@ func TestSlowStartRampAfterTheProbe(t *testing.T) {
 	for n, steps := range map[int]time.Duration{1: 0, 2: 1, 3: 1, 4: 2, 7: 2, 8: 3} {
 		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n, 2), "request %d", n)
 	}
-	// Quadrupling: the probe and 3 make 4, 12 more make 16, 48 more 64.
-	for n, steps := range map[int]time.Duration{1: 0, 3: 0, 4: 1, 15: 1, 16: 2, 63: 2, 64: 3} {
+	// Quadrupling, after a doubling first step: the probe and 1 make 2,
+	// 2 more make 4, 12 more 16, 48 more 64. (Quadrupled at once, three
+	// went with the probe's answer at what may be a bucket of one.)
+	for n, steps := range map[int]time.Duration{1: 0, 2: 1, 3: 1, 4: 2, 15: 2, 16: 3, 63: 3, 64: 4} {
 		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n, 4), "request %d", n)
 	}
 	assert.False(t, s.slowProbe(now.Add(rampSlowRTT-time.Nanosecond)), "a fast probe: the ramp doubles, on its times")
@@ -225,9 +227,9 @@ func burstBehindProbe(t *testing.T, rt http.RoundTripper, up *gatedUpstream, clk
 	return wg.Wait
 }
 
-// After a probe that took 20 ms, the queue goes on a ramp that quadruples:
-// 3 at once, then 12 as soon as those 3 have answered, without waiting for
-// the step's time (30 ms).
+// After a probe that took 20 ms, the queue goes on a ramp that doubles
+// once, then quadruples: 1 at once, 2 as soon as it has answered, then 12
+// as soon as those have, without waiting for the steps' times (30 ms).
 func TestSlowStartRampAfterASlowProbeGoesOnAnswers(t *testing.T) {
 	clk := fakeclock.New(testStart)
 	up := newGatedUpstream()
@@ -237,12 +239,14 @@ func TestSlowStartRampAfterASlowProbeGoesOnAnswers(t *testing.T) {
 
 	clk.Advance(20 * time.Millisecond)
 	up.answer(t, 1) // the probe
-	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond, "the probe and 3")
-	require.True(t, clk.WaitForTimers(pending-3, 5*time.Second), "the 12 others wait for their step")
-	assert.Equal(t, int32(4), up.calls.Load())
+	require.Eventually(t, func() bool { return up.calls.Load() == 2 }, 5*time.Second, time.Millisecond, "the probe and 1")
+	require.True(t, clk.WaitForTimers(pending-1, 5*time.Second), "the 14 others wait for their steps")
+	assert.Equal(t, int32(2), up.calls.Load(), "not 3 at once: the server may have room for one")
 
-	up.answer(t, 3) // the clock does not move
-	require.Eventually(t, func() bool { return up.calls.Load() == 16 }, 5*time.Second, time.Millisecond, "step 1 goes on the answers of step 0")
+	up.answer(t, 1) // the clock does not move
+	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond, "step 1 goes on the answer of step 0")
+	up.answer(t, 2)
+	require.Eventually(t, func() bool { return up.calls.Load() == 16 }, 5*time.Second, time.Millisecond, "step 2 goes on the answers of step 1")
 	up.answer(t, 12)
 	wait()
 }
