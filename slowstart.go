@@ -209,7 +209,8 @@ func (s *slowStart) rampStep(now time.Time) time.Duration {
 // one: 50 slots of 20 ms behind 150 callers were idle for a quarter of a
 // 0.6 s run while a doubling ramp reached them. The price is a larger last
 // step: an upstream as slow that refuses with 429 past a burst of b may
-// see up to 3b of them at once instead of b.
+// see up to 3b of them at once instead of b (but one for a bucket of one:
+// the first step only doubles, see rampSteps).
 func (s *slowStart) slowProbe(now time.Time) bool {
 	return now.Sub(s.probeStart) >= rampSlowRTT
 }
