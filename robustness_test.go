@@ -332,7 +332,7 @@ func gap(w world) string {
 			"at most 12 of 240 (15 of 500) requests see a 429, but while the end is still known only to some tens of milliseconds " +
 			"the last window's requests go up to 30-45 ms after it opens, behind the plain loop's retries that land in it at once " +
 			"(in about a third of the runs of the 40 a second cells, a tenth of the 100 a second ones); with 20 ms answers, " +
-			"each probe of the end costs a round trip: 1.01-1.19x the ideal, 4-24 of 500 see a 429, up to 460 ms behind the plain loop; " +
+			"each probe of the end costs a round trip: 1.01-1.19x the ideal, 4-27 of 500 see a 429, up to 460 ms behind the plain loop; " +
 			"and now and then (1 in about 400 runs of these cells, more often with -race) the first window's answers, " +
 			"sent at once behind the probe and counted out of order, leave a pace of about 33 a second that spreads the " +
 			"first window's count over its stated end and holds the next window to it too, until its lumps are seen: " +
