@@ -8,15 +8,16 @@ import "time"
 // second early or late).
 //
 // The server counted each attempt between its send and its answer's
-// arrival: a window ends after the latest send among its answers, and the
-// window before it ended at or before the first answer of the next. The
-// first answers of windows in a row tell the period (in whole seconds), and
-// every end lies a whole number of periods from the one before, so the
-// bounds gathered at each end, moved on by the periods passed, narrow one
-// estimate: the current window ends in (lo, hi]. When that is wider than
-// edgeFine, the pacer bisects it with one probe at a time (see
-// pacer.windowShortfall): a 429 raises lo, a first answer from the new
-// window lowers hi. Observations beat statements: once
+// arrival: a window ends after the latest send among its answers, at most
+// a period after its first answer, and the window before it ended at or
+// before the first answer of the next. The first answers of windows in a
+// row tell the period (in whole seconds), and every end lies a whole
+// number of periods from the one before, so the bounds gathered at each
+// end, moved on by the periods passed, narrow one estimate: the current
+// window ends in (lo, hi]. When that is wider than edgeFine, the pacer
+// probes it one attempt at a time (see next and pacer.windowShortfall): a
+// 429 raises lo, a first answer from the new window lowers hi. Observations
+// beat statements: once
 // the edge is known, the stated reset (and a 429's whole-second
 // Retry-After) no longer decides when the next window's quota goes.
 //
@@ -32,6 +33,7 @@ type windowEdge struct {
 
 	probeAt time.Time // when the probe bisecting the edge went; zero: none out
 	fresh   bool      // the last answer seen was the first of a newer window
+	early   bool      // a probe was answered by the new window: bisect at the middle
 }
 
 const (
@@ -59,8 +61,10 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 	if sent.After(now) {
 		sent = time.Time{}
 	}
+	probed := false
 	if !e.probeAt.IsZero() && !sent.IsZero() && !sent.Before(e.probeAt) {
 		e.probeAt = time.Time{} // the probe (or one after it) answered
+		probed = true
 	}
 	e.fresh = false
 	switch {
@@ -86,7 +90,14 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 		if e.period > 0 {
 			n := max(d/e.period, 1) // windows passed
 			if !e.last.IsZero() {
-				e.fold(e.last, now.Add(-(n-1)*e.period))
+				// It ended before the windows between began, and
+				// at most a period after its own first answer
+				// (the period was not known while it lasted).
+				b := now.Add(-(n - 1) * e.period)
+				if c := e.first.Add(e.period); c.Before(b) {
+					b = c
+				}
+				e.fold(e.last, b)
 			}
 			if !e.hi.IsZero() { // the bounds move on to the new window's end
 				e.lo, e.hi = e.lo.Add(n*e.period), e.hi.Add(n*e.period)
@@ -94,6 +105,11 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 		}
 		e.start(sent, now, remaining)
 		e.fresh = true
+		if probed {
+			// A probe the new window answered: its end lies
+			// well before the late bound (see next).
+			e.early = true
+		}
 	default: // the same window
 		e.least = min(e.least, remaining)
 		if sent.After(e.last) {
@@ -163,15 +179,24 @@ func (e *windowEdge) end() (lo, hi time.Time, ok bool) {
 }
 
 // next is when the current window's quota may be tried next: its learned
-// end when the edge is known within edgeFine, else the middle of what is
-// known, for a probe; ok is false while nothing is known. fine reports
-// the former.
+// end (the late bound) when the edge is known within edgeFine, else a
+// probe's time; ok is false while nothing is known. fine reports the
+// former.
+//
+// The first probe goes edgeFine before the late bound: a window that
+// began as its first answer came (the requests that opened it were the
+// first of a burst, or retries a period after them, as a plain retry loop
+// sends) ends just before that bound, and one refusal makes it known
+// (bisecting from the middle cost a 429 per halving, all refused, and left
+// the bound as wide). Once a probe is answered by the new window instead,
+// the end lies well before the late bound: the probes bisect what is
+// known, at the middle.
 //
 // stated is the window's end as its reset stated it (zero if it had passed
-// when read): while it lies within what is known, below its last edgeFine,
-// it is the probe's time instead of the middle. A window on whole seconds
-// (stated exactly) is then known as soon as that probe is answered, and a
-// reset cut down gives a lower bound at once.
+// when read): while bisecting, if it lies within what is known, below its
+// last edgeFine, it is the probe's time instead of the middle. A window
+// on whole seconds (stated exactly) is then known as soon as that probe
+// is answered, and a reset cut down gives a lower bound at once.
 func (e *windowEdge) next(stated time.Time) (at time.Time, fine, ok bool) {
 	lo, hi, ok := e.end()
 	if !ok {
@@ -179,6 +204,9 @@ func (e *windowEdge) next(stated time.Time) (at time.Time, fine, ok bool) {
 	}
 	if hi.Sub(lo) <= edgeFine {
 		return hi, true, true
+	}
+	if !e.early {
+		return hi.Add(-edgeFine), false, true
 	}
 	if stated.After(lo) && stated.Before(hi.Add(-edgeFine)) {
 		return stated, false, true

@@ -20,46 +20,61 @@ func TestWindowEdgeIsLearnedFromAnswersAndBisected(t *testing.T) {
 	e.see(ms(700), ms(702), 0, 40)
 	_, _, ok := e.end()
 	require.False(t, ok, "one window tells no period")
-	// The next window's first answer.
+	// The next window's first answer, and its quota used.
 	e.see(ms(1200), ms(1202), 39, 40)
 	require.Equal(t, time.Second, e.period)
+	e.see(ms(1202), ms(1204), 0, 40)
 	lo, hi, ok := e.end()
 	require.True(t, ok)
 	assert.Equal(t, ms(1700), lo, "the first window ended after its last send, so this one a period later")
-	assert.Equal(t, ms(2202), hi, "and at or before the first answer of the next, a period later")
+	assert.Equal(t, ms(2002), hi, "and at most a period after its own first answer, so this one a period later")
 
-	// Known only roughly: a probe at the middle, not the stated reset
-	// when it lies past what is known.
-	at, fine, ok := e.next(ms(2500))
+	// Known only roughly: the first probe goes just before the late
+	// bound, not at the stated reset, nor at the middle.
+	at, fine, ok := e.next(ms(1750))
 	require.True(t, ok)
 	assert.False(t, fine)
-	assert.Equal(t, ms(1951), at)
-	// A stated reset within what is known is tried first.
-	at, _, _ = e.next(ms(1750))
-	assert.Equal(t, ms(1750), at)
-
-	// That probe is refused: the window ends later.
-	e.see(ms(1750), ms(1752), 0, 40)
+	assert.Equal(t, ms(1994), at)
+	// It is answered by the new window: the end lies well before the late
+	// bound. (windowShortfall marks the probe out as it lets it go.)
+	e.probeAt = at
+	e.see(at, at.Add(2*time.Millisecond), 39, 40)
+	e.see(ms(1996), ms(1998), 0, 40)
 	lo, hi, _ = e.end()
-	assert.Equal(t, ms(1750), lo)
-	assert.Equal(t, ms(2202), hi)
+	assert.Equal(t, ms(2700), lo)
+	assert.Equal(t, ms(2996), hi, "the new window's first answer, a period on")
+	// From then on the probes bisect: a stated reset within what is known
+	// first, else the middle.
+	at, _, _ = e.next(ms(2750))
+	assert.Equal(t, ms(2750), at)
+	at, _, _ = e.next(time.Time{})
+	assert.Equal(t, ms(2848), at)
+
+	// That probe at the stated reset is refused: the window ends later.
+	e.probeAt = ms(2750)
+	e.see(ms(2750), ms(2752), 0, 40)
+	lo, hi, _ = e.end()
+	assert.Equal(t, ms(2750), lo)
+	assert.Equal(t, ms(2996), hi)
 	// The next, at the middle, is answered by the new window: it ended
 	// before.
 	at, _, _ = e.next(time.Time{})
-	assert.Equal(t, ms(1976), at)
+	assert.Equal(t, ms(2873), at)
+	e.probeAt = at
 	e.see(at, at.Add(2*time.Millisecond), 39, 40)
-	e.see(ms(1978), ms(1980), 0, 40)
+	e.see(ms(2875), ms(2877), 0, 40)
 	lo, hi, _ = e.end()
-	assert.Equal(t, ms(2750), lo)
-	assert.Equal(t, ms(2978), hi)
+	assert.Equal(t, ms(3750), lo)
+	assert.Equal(t, ms(3875), hi)
 
 	// Bisected on, window after window, the end is known within edgeFine.
-	curEnd := ms(2781)
+	curEnd := ms(3781)
 	for i := 0; i < 20; i++ {
 		at, fine, _ = e.next(time.Time{})
 		if fine {
 			break
 		}
+		e.probeAt = at
 		if at.Before(curEnd) {
 			e.see(at, at.Add(2*time.Millisecond), 0, 40)
 		} else { // the new window, and its quota used at once
@@ -72,6 +87,41 @@ func TestWindowEdgeIsLearnedFromAnswersAndBisected(t *testing.T) {
 	require.True(t, ok)
 	assert.LessOrEqual(t, hi.Sub(lo), edgeFine)
 	assert.True(t, curEnd.After(lo) && !curEnd.After(hi), "the true end %v in (%v, %v]", curEnd, lo, hi)
+}
+
+// A burst that opens a fixed window (its first requests went as the window
+// began, as the retries of a plain loop a period later do): the window ends
+// just before its first answer plus the period, and one probe just before
+// that late bound, refused, makes the end known. Before, the first window's
+// late bound was lost (its period was not known yet) and the end, known to
+// hundreds of milliseconds, was bisected at the middle, one probe a window:
+// a burst's last window went up to 30-45 ms after it opened, behind the
+// plain loop.
+func TestWindowEdgeOfAWindowOpenedByTheBurstIsKnownAfterOneProbe(t *testing.T) {
+	ms := func(n int) time.Time { return testStart.Add(time.Duration(n) * time.Millisecond) }
+	var e windowEdge
+	// Windows from 0.219 s, 40 each: the first opened by the burst.
+	e.see(ms(219), ms(221), 39, 40)
+	e.see(ms(221), ms(223), 0, 40)
+	e.see(ms(700), ms(702), 0, 40)
+	e.see(ms(1100), ms(1102), 0, 40)
+	// The next window's first answer came late (its requests waited).
+	e.see(ms(1300), ms(1302), 39, 40)
+	e.see(ms(1302), ms(1304), 0, 40)
+	lo, hi, ok := e.end()
+	require.True(t, ok)
+	assert.Equal(t, ms(2100), lo)
+	assert.Equal(t, ms(2221), hi, "the first window ended at most a period after its first answer")
+
+	at, fine, _ := e.next(time.Time{})
+	assert.False(t, fine)
+	assert.Equal(t, ms(2213), at, "the probe goes just before the late bound")
+	e.probeAt = at
+	e.see(at, at.Add(2*time.Millisecond), 0, 40) // refused: the end is 2.219
+	at, fine, _ = e.next(time.Time{})
+	assert.True(t, fine, "known after one refusal")
+	assert.Equal(t, ms(2221), at)
+	assert.False(t, at.Before(ms(2219)), "never before the true end")
 }
 
 func TestWindowEdgeTakesNoCountFromEarlierInTheWindowForANewWindow(t *testing.T) {
@@ -113,9 +163,9 @@ func TestAWindowWithAnEarlyResetIsProbedByOneAttemptNotTheWholeQuota(t *testing.
 		return RateLimits{Requests: Quota{Limit: 40, Remaining: remaining, HasLimit: true, HasRemaining: true, Reset: reset, Coarse: true}}
 	}
 	p := &pacer{}
-	// Window 0 from 0 to 1.781 s, stated as ending at 1 s: its quota,
-	// then probes refused well past the stated end.
-	now := ms(1)
+	// Window 0 from 0.781 to 1.781 s, stated as ending at 1 s: its
+	// quota, then probes refused well past the stated end.
+	now := ms(790)
 	for left := int64(39); left >= 0; left-- {
 		answer(p, now, false, reading(left, ms(1000)))
 		now = now.Add(time.Millisecond)
