@@ -340,7 +340,7 @@ func gap(w world) string {
 			"and now and then (1 in about 400 runs of these cells, more often with -race) the first window's answers, " +
 			"sent at once behind the probe and counted out of order, leave a pace of about 33 a second that spreads the " +
 			"first window's count over its stated end and holds the next window to it too, until its lumps are seen: " +
-			"1.52x the ideal, 1.8 s behind the plain loop (100 a second) (20 ms figures from before the window edge changes)"
+			"1.26-2.2x the ideal, 1-4 s behind the plain loop, in about 9 of 480 runs of these cells (as often on the code before the window edge changes)"
 	case w.family == "github" && w.load.rate < lumpMinLimit:
 		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, 1.1-1.4x the ideal (the plain loop 1.46-1.55x)"
 	}
@@ -417,9 +417,10 @@ func TestRobustnessMatrix(t *testing.T) {
 				most429, lag := w.load.requests()/20, 5*time.Millisecond
 				if long {
 					// Each probe of the window's end costs a round
-					// trip: measured up to 460 ms behind, and in rare
-					// orders 1.8 s (see gap).
-					most429, lag, lostWindows = w.load.requests()*8/100, 2500*time.Millisecond, false
+					// trip: measured up to 460 ms behind; the rare
+					// orders that lose whole windows (see gap) are
+					// excused as at 2 ms, within 6x.
+					most429, lag = w.load.requests()*8/100, 900*time.Millisecond
 				}
 				if window && (got.failed > 0 || got.saw429 > most429) {
 					t.Errorf("a fixed window told by its lumps must complete every request and let at most %d see a 429: %s",
