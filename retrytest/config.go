@@ -303,6 +303,13 @@ type Flaky struct {
 	Slow float64
 	// SlowDelay is the slow-headers delay; 0 means [DefaultSlowDelay].
 	SlowDelay time.Duration
+	// StreamError is the probability that a streamed success (a [Stream])
+	// opens with an error event of a transient kind instead of its first
+	// event, as an overloaded provider's streams do: [Anthropic]'s
+	// overloaded_error, the others' server_error. The connection then ends
+	// normally. It is drawn from a random source of its own, so setting it
+	// does not change which other faults a seed stages.
+	StreamError float64
 }
 
 // Validate reports what is wrong with c, or nil. [NewServer] and [NewTransport]
@@ -370,7 +377,7 @@ func (c Config) Validate() error {
 		}
 	}
 	f := c.Flaky
-	for _, p := range []float64{f.Reset, f.Truncate, f.Slow} {
+	for _, p := range []float64{f.Reset, f.Truncate, f.Slow, f.StreamError} {
 		if !(p >= 0 && p <= 1) { // also catches NaN
 			bad("Flaky probabilities must be in [0, 1], have %v", p)
 			break

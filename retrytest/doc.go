@@ -25,8 +25,9 @@
 //   - Overload lists windows of time during which every request gets 503 or
 //     529 (Anthropic's overloaded_error); [Capacity] sheds with 503 (or
 //     529) whatever is beyond a fixed number of requests in service.
-//   - [Flaky] resets connections, truncates bodies and delays headers, each
-//     with a probability drawn from a random source seeded with Seed.
+//   - [Flaky] resets connections, truncates bodies, delays headers and
+//     opens streams with an overloaded error, each with a probability drawn
+//     from a random source seeded with Seed.
 //   - Script answers the first requests with given steps (statuses, faults,
 //     delays), for example ParseScript("429@1s, 529, 200").
 //   - [Stream] answers with server-sent events in the family's streaming
@@ -48,8 +49,9 @@
 //  5. the RateLimit, when its bucket is empty or its window used up;
 //  6. Capacity, when every slot is taken (the request has spent its
 //     rate-limit token by then, as it would at a real API's edge);
-//  7. success: 200 from Config.Success or the family's small success body,
-//     truncated if Flaky says so.
+//  7. success: 200 from Config.Success or the family's small success body
+//     (a stream when the request asked for one), truncated if Flaky says
+//     so, a stream opened with an error event if Flaky.StreamError says so.
 //
 // A Flaky slow-headers delay applies to the answers of steps 4 to 7.
 //

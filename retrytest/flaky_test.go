@@ -138,3 +138,44 @@ func TestFlakySlowHeaders(t *testing.T) {
 	assert.Equal(t, 200, do(t, tr, apiURL, "").status)
 	assert.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
 }
+
+// Flaky.StreamError opens that share of streams with the family's
+// transient error as their first event, leaves answers that are not
+// streams alone, and does not change which other faults a seed stages.
+func TestFlakyStreamError(t *testing.T) {
+	for _, tc := range []struct {
+		family retrytest.Family
+		first  string // what the first event of an opened-with-error stream says
+	}{
+		{retrytest.Anthropic, `"overloaded_error"`},
+		{retrytest.OpenAI, `"server_error"`},
+	} {
+		t.Run(string(tc.family), func(t *testing.T) {
+			tr := retrytest.NewTransport(retrytest.Config{Family: tc.family, Seed: 7, Flaky: retrytest.Flaky{StreamError: 0.3}})
+			errored := 0
+			for range 100 {
+				r := do(t, tr, apiURL, `{"model":"m","max_tokens":8,"stream":true}`)
+				require.Equal(t, 200, r.status)
+				first, _, _ := strings.Cut(r.body, "\n\n")
+				if strings.Contains(first, tc.first) {
+					errored++
+					assert.NotContains(t, r.body, "message_stop", "an error event ends the stream")
+				}
+			}
+			assert.Equal(t, errored, tr.Stats().StreamErrors)
+			assert.InDelta(t, 30, errored, 15, "about 30 of 100 streams open with an error")
+
+			// A request that does not stream gets its JSON success.
+			r := do(t, tr, apiURL, `{"model":"m","max_tokens":8}`)
+			assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+		})
+	}
+
+	// The other faults of a seed stay where they were.
+	cfg := retrytest.Config{Seed: 42, Flaky: retrytest.Flaky{Reset: 0.2, Truncate: 0.2}}
+	want := outcomes(t, retrytest.NewTransport(cfg), apiURL, 60)
+	cfg.Flaky.StreamError = 0.5
+	assert.Equal(t, want, outcomes(t, retrytest.NewTransport(cfg), apiURL, 60))
+
+	assert.Error(t, retrytest.Config{Flaky: retrytest.Flaky{StreamError: 1.5}}.Validate())
+}

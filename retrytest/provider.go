@@ -24,13 +24,14 @@ type core struct {
 
 	mu        sync.Mutex
 	rng       *rand.Rand
-	reqTokens float64   // whole requests the bucket holds, fractional
-	tokTokens float64   // the token bucket
-	last      time.Time // when the buckets were last brought up to date
-	window    int64     // a fixed window's number, from 0 at the start
-	winReqs   int       // requests the current fixed window has admitted
-	winToks   int       // tokens the current fixed window has admitted
-	scriptPos int       // the next step of the shared script run
+	streamRng *rand.Rand // Flaky.StreamError's own source
+	reqTokens float64    // whole requests the bucket holds, fractional
+	tokTokens float64    // the token bucket
+	last      time.Time  // when the buckets were last brought up to date
+	window    int64      // a fixed window's number, from 0 at the start
+	winReqs   int        // requests the current fixed window has admitted
+	winToks   int        // tokens the current fixed window has admitted
+	scriptPos int        // the next step of the shared script run
 	inService int
 	peak      int
 
@@ -39,6 +40,7 @@ type core struct {
 	resets        int
 	truncated     int
 	slowed        int
+	streamErrors  int
 	arrivals      []time.Duration
 	hashes        []string
 	requests      map[string]*RequestStats
@@ -56,6 +58,7 @@ func newCore(cfg Config) *core {
 		// PCG's second word is a fixed odd constant so that Seed alone
 		// picks the stream.
 		rng:       rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
+		streamRng: rand.New(rand.NewPCG(seed, 0xbf58476d1ce4e5b9)),
 		reqTokens: float64(cfg.RateLimit.Burst),
 		tokTokens: float64(cfg.RateLimit.TokenBurst),
 		last:      now,
@@ -174,7 +177,20 @@ func (c *core) arrive(r *http.Request, body []byte) *answer {
 		a.truncate = true
 		c.truncated++
 	}
+	if a.stream != nil && f.StreamError > 0 && c.streamRng.Float64() < f.StreamError {
+		a.stream.ErrorType, a.stream.ErrorAfter = transientStreamError(c.cfg.Family), 0
+		c.streamErrors++
+	}
 	return a
+}
+
+// transientStreamError is the error type an overloaded provider of family
+// opens a stream with.
+func transientStreamError(family Family) string {
+	if family == Anthropic {
+		return "overloaded_error"
+	}
+	return "server_error"
 }
 
 // orDefault returns v, or def when v is 0.

@@ -17,8 +17,9 @@ type Stats struct {
 	Statuses map[int]int
 	// Resets, Truncated and Slowed count the network faults staged,
 	// scripted or random: connections reset, bodies cut short, answers
-	// delayed.
-	Resets, Truncated, Slowed int
+	// delayed. StreamErrors counts the streams that [Flaky].StreamError
+	// opened with an error event.
+	Resets, Truncated, Slowed, StreamErrors int
 	// InService is how many requests hold a [Capacity] slot now;
 	// PeakInService is the most that ever did at once.
 	InService, PeakInService int
@@ -67,6 +68,7 @@ func (c *core) stats() Stats {
 		Resets:        c.resets,
 		Truncated:     c.truncated,
 		Slowed:        c.slowed,
+		StreamErrors:  c.streamErrors,
 		InService:     c.inService,
 		PeakInService: c.peak,
 		Arrivals:      append([]time.Duration(nil), c.arrivals...),
