@@ -39,25 +39,32 @@ func ExampleWithFirstEventCheck() {
 	stream, _ := io.ReadAll(resp.Body)
 	fmt.Println(resp.StatusCode, "after", retryhttp.Attempts(resp), "attempts")
 	fmt.Println(strings.SplitN(string(stream), "\n", 2)[0])
+	// Output:
+	// 200 after 2 attempts
+	// event: message_start
+}
 
-	// Off for one request: the stream that opens with the error is handed
-	// over as it came, and the caller (its SDK) sees the error event.
+// FirstEventCheck sets the check for one request: here off, so a stream
+// that opens with an error is handed over as it came, and the caller (its
+// SDK) sees the error event. A longer timeout suits a model that thinks
+// before its first event.
+func ExampleFirstEventCheck() {
+	srv := retrytest.NewServer(retrytest.Config{Family: retrytest.Anthropic, Script: retrytest.MustParseScript("stream:overloaded_error")})
+	defer srv.Close()
+	client := &http.Client{Transport: retryhttp.New(srv.Client().Transport)}
+
 	ctx := retryhttp.ContextWithOptions(context.Background(), retryhttp.FirstEventCheck(0, 0))
-	srv2 := retrytest.NewServer(retrytest.Config{Family: retrytest.Anthropic, Script: retrytest.MustParseScript("stream:overloaded_error")})
-	defer srv2.Close()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv2.URL+"/v1/messages", strings.NewReader(`{"stream":true}`))
-	resp, err = client.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/messages", strings.NewReader(`{"stream":true}`))
+	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer resp.Body.Close()
-	stream, _ = io.ReadAll(resp.Body)
+	stream, _ := io.ReadAll(resp.Body)
 	fmt.Println(resp.StatusCode, "after", retryhttp.Attempts(resp), "attempt")
 	fmt.Println(strings.SplitN(string(stream), "\n", 2)[0])
 	// Output:
-	// 200 after 2 attempts
-	// event: message_start
 	// 200 after 1 attempt
 	// event: error
 }
