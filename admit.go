@@ -29,7 +29,10 @@ func (c *call) admit(a *admission) error {
 	if c.attempts > 0 {
 		c.admitted = admitWait{} // zero before the first attempt
 	}
-	*a = admission{pass: pass{u: u}}
+	if a.pass.u != nil {
+		*a = admission{} // an earlier attempt's; the first finds it zero
+	}
+	a.pass.u = u
 	if c.attempts == 0 {
 		u.stats.requests.Add(1) // the retry budget's deposit too (budget.countWith)
 	}
@@ -48,19 +51,19 @@ func (c *call) admit(a *admission) error {
 			return err
 		}
 	}
-	var err error
-	limitStart := c.waitStart()
 	if !u.limit.takeFast(&a.limit) { // most attempts: no limit learned, no wait
+		limitStart := c.waitStart()
+		var err error
 		a.limit, err = c.awaitLimit(u)
-	}
-	if !limitStart.IsZero() && c.t.cfg.clock.Now().After(limitStart) {
-		c.waited(WaitConcurrency, limitStart) // only a wait that took time: most attempts pass at once
-	}
-	if err != nil {
-		u.breaker.abandon(a.probe)
-		a.pass.abandon(t.cfg.clock.Now())
-		*a = admission{}
-		return err
+		if !limitStart.IsZero() && c.t.cfg.clock.Now().After(limitStart) {
+			c.waited(WaitConcurrency, limitStart) // only a wait that took time: most attempts pass at once
+		}
+		if err != nil {
+			u.breaker.abandon(a.probe)
+			a.pass.abandon(t.cfg.clock.Now())
+			*a = admission{}
+			return err
+		}
 	}
 	if !t.slots.tryAcquire() {
 		start := c.waitStart()

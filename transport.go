@@ -86,17 +86,24 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if c.body.orig != nil { // nothing to close without a body (most GETs)
 		defer c.body.close()
 	}
-	// a and o are reused by every attempt and passed by pointer: an
-	// outcome is some 300 bytes, and copying it between the stages was a
+	// a is reused by every attempt and passed by pointer, as is the
+	// outcome: some 300 bytes, and copying it between the stages was a
 	// measurable share of the per-request cost.
 	var a admission
-	var o outcome
 	for {
 		if err := c.admit(&a); err != nil {
 			return c.refused(err)
 		}
 		resp, err := c.send(&a)
-		c.judge(&o, &a, resp, err)
+		var scan headerScan
+		if err == nil {
+			scan = scanHeader(resp.Header)
+			if c.quiet(&a, resp, &scan) {
+				return resp, nil // most requests: a plain answer, nothing to learn
+			}
+		}
+		var o outcome
+		c.judge(&o, &a, resp, err, &scan)
 		c.observe(&a, &o)
 		if t.cfg.hooks.OnAttemptDone != nil {
 			c.logAttemptDone(&o)
@@ -116,7 +123,6 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		c.logRetry(&o, wait)
 		discard(o.resp)
-		o = outcome{} // judge fills a zero outcome
 		if err := c.sleep(wait, nil); err != nil {
 			return c.canceled(nil, err)
 		}
