@@ -26,6 +26,24 @@ func (c *call) admit(a *admission) error {
 	t := c.t
 	u := t.upstreams.get(&c.key, t.newUpstream)
 	c.u = u
+	if a.pass.u == nil && c.attempts == 0 && u.free.Load() && t.cfg.quota == nil && t.slots == nil &&
+		u.breaker.lets() && u.limit.takeFast(&a.limit) {
+		// Most requests: the first attempt, to an upstream with nothing
+		// to wait for (free, the breaker closed, no limit learned, no
+		// cap on concurrency); what follows, in a few lines.
+		a.pass.u = u
+		u.stats.requests.Add(1) // the retry budget's deposit too (budget.countWith)
+		if a.limit.sample {
+			a.limit.sentAt = time.Now() // real time: see awaitLimit
+		}
+		return nil
+	}
+	return c.admitSlow(a, u)
+}
+
+// admitSlow is admit for any attempt that may have to wait.
+func (c *call) admitSlow(a *admission, u *upstream) error {
+	t := c.t
 	if c.attempts > 0 {
 		c.admitted = admitWait{} // zero before the first attempt
 	}

@@ -128,8 +128,14 @@ func (c *call) served(u *upstream, a *admission) {
 		c.learnLimit(u, &a.limit, limitAccepted)
 	}
 	if !u.breaker.countSuccess(a.probe) {
-		u.breaker.success(c.t.cfg.clock.Now(), a.probe)
+		c.success(u, a.probe)
 	}
+}
+
+// success tells the breaker of a success under its lock, dated now (a
+// probe's, or one while it is not closed).
+func (c *call) success(u *upstream, probe uint64) {
+	u.breaker.success(c.t.cfg.clock.Now(), probe)
 }
 
 // learnLimit tells the upstream's adaptive limit what the attempt's outcome
