@@ -19,6 +19,9 @@ type admission struct {
 	probe   uint64      // the breaker's probe id; 0 when not a probe
 	limit   limitTicket // its slot in the upstream's adaptive limit
 	hasSlot bool        // it holds a WithMaxConcurrency slot
+	// quick: a first attempt admitted at once, not yet counted as a
+	// request; send counts it as a request and an attempt at once.
+	quick bool
 }
 
 // admit admits the next attempt into *a (the zero admission when it fails).
@@ -31,8 +34,7 @@ func (c *call) admit(a *admission) error {
 		// Most requests: the first attempt, to an upstream with nothing
 		// to wait for (free, the breaker closed, no limit learned, no
 		// cap on concurrency); what follows, in a few lines.
-		a.pass.u = u
-		u.stats.requests.Add(1) // the retry budget's deposit too (budget.countWith)
+		a.pass.u, a.quick = u, true // counted as sent (counters.quick)
 		if a.limit.sample {
 			a.limit.sentAt = time.Now() // real time: see awaitLimit
 		}

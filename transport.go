@@ -210,11 +210,17 @@ func (c *call) send(a *admission) (*http.Response, error) {
 	}
 	out, timeout, err := c.attemptRequest()
 	if err != nil {
+		if a.quick {
+			a.pass.u.stats.requests.Add(1) // a request, but no attempt
+		}
 		c.t.release(a)
 		return nil, err
 	}
 	c.attempts++
-	if a.pass.u != nil {
+	switch {
+	case a.quick:
+		a.pass.u.stats.quick.Add(1) // the request and its first attempt, at once
+	case a.pass.u != nil:
 		a.pass.u.stats.attempts.Add(1)
 	}
 	if cfg := &c.t.cfg; cfg.hooks.OnAttempt != nil || cfg.logger != nil {
