@@ -94,13 +94,8 @@ func startAttemptTimer(parent context.Context, clk Clock, d time.Duration) (cont
 // done with. A nil timer returns nil.
 func (t *attemptTimer) headersArrived() func() {
 	if t == nil {
-		return nil // inlined: most attempts have no timer
+		return nil
 	}
-	return t.arrived()
-}
-
-// arrived is headersArrived for a timer.
-func (t *attemptTimer) arrived() func() {
 	t.stop()
 	return func() { t.cancel(context.Canceled) }
 }
