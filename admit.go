@@ -19,6 +19,9 @@ type admission struct {
 	probe   uint64      // the breaker's probe id; 0 when not a probe
 	limit   limitTicket // its slot in the upstream's adaptive limit
 	hasSlot bool        // it holds a WithMaxConcurrency slot
+	// quick: a first attempt admitted at once, not yet counted as a
+	// request; send counts it as a request and an attempt at once.
+	quick bool
 }
 
 // admit admits the next attempt into *a (the zero admission when it fails).
@@ -26,10 +29,30 @@ func (c *call) admit(a *admission) error {
 	t := c.t
 	u := t.upstreams.get(&c.key, t.newUpstream)
 	c.u = u
+	if a.pass.u == nil && c.attempts == 0 && u.free.Load() && t.cfg.quota == nil && t.slots == nil &&
+		u.breaker.lets() && u.limit.takeFast(&a.limit) {
+		// Most requests: the first attempt, to an upstream with nothing
+		// to wait for (free, the breaker closed, no limit learned, no
+		// cap on concurrency); what follows, in a few lines.
+		a.pass.u, a.quick = u, true // counted as sent (counters.quick)
+		if a.limit.sample {
+			a.limit.sentAt = time.Now() // real time: see awaitLimit
+		}
+		return nil
+	}
+	return c.admitSlow(a, u)
+}
+
+// admitSlow is admit for any attempt that may have to wait.
+func (c *call) admitSlow(a *admission, u *upstream) error {
+	t := c.t
 	if c.attempts > 0 {
 		c.admitted = admitWait{} // zero before the first attempt
 	}
-	*a = admission{pass: pass{u: u}}
+	if a.pass.u != nil {
+		*a = admission{} // an earlier attempt's; the first finds it zero
+	}
+	a.pass.u = u
 	if c.attempts == 0 {
 		u.stats.requests.Add(1) // the retry budget's deposit too (budget.countWith)
 	}
@@ -48,19 +71,19 @@ func (c *call) admit(a *admission) error {
 			return err
 		}
 	}
-	var err error
-	limitStart := c.waitStart()
 	if !u.limit.takeFast(&a.limit) { // most attempts: no limit learned, no wait
+		limitStart := c.waitStart()
+		var err error
 		a.limit, err = c.awaitLimit(u)
-	}
-	if !limitStart.IsZero() && c.t.cfg.clock.Now().After(limitStart) {
-		c.waited(WaitConcurrency, limitStart) // only a wait that took time: most attempts pass at once
-	}
-	if err != nil {
-		u.breaker.abandon(a.probe)
-		a.pass.abandon(t.cfg.clock.Now())
-		*a = admission{}
-		return err
+		if !limitStart.IsZero() && c.t.cfg.clock.Now().After(limitStart) {
+			c.waited(WaitConcurrency, limitStart) // only a wait that took time: most attempts pass at once
+		}
+		if err != nil {
+			u.breaker.abandon(a.probe)
+			a.pass.abandon(t.cfg.clock.Now())
+			*a = admission{}
+			return err
+		}
 	}
 	if !t.slots.tryAcquire() {
 		start := c.waitStart()

@@ -115,11 +115,12 @@ type budget struct {
 	span time.Duration // Window
 
 	// count counts first attempts: the budget's own counter, or the
-	// upstream's count of requests (see countWith), so the hot path adds
-	// to one counter for both. It is added to without the lock or the
-	// clock (depositLater), and the next look at the budget dates what was
-	// added since the last one (foldLocked).
+	// upstream's counts of requests (see countWith: count and also, added
+	// up), so the hot path adds to one counter for both. It is added to
+	// without the lock or the clock (depositLater), and the next look at
+	// the budget dates what was added since the last one (foldLocked).
 	count *atomic.Uint64
+	also  *atomic.Uint64 // nil for the budget's own
 	own   atomic.Uint64
 
 	mu       sync.Mutex
@@ -144,12 +145,22 @@ func newBudget(rb RetryBudget) *budget {
 	return b
 }
 
-// countWith makes requests the counter of first attempts: what is added to
-// it is deposited, as by depositLater. Call it before the budget is used.
-func (b *budget) countWith(requests *atomic.Uint64) {
+// countWith makes requests and quick, added up, the count of first
+// attempts: what is added to either is deposited, as by depositLater. Call
+// it before the budget is used.
+func (b *budget) countWith(requests, quick *atomic.Uint64) {
 	if b != nil {
-		b.count, b.folded = requests, requests.Load()
+		b.count, b.also = requests, quick
+		b.folded = b.counted()
 	}
+}
+
+// counted is the count of first attempts so far.
+func (b *budget) counted() uint64 {
+	if b.also != nil {
+		return b.count.Load() + b.also.Load()
+	}
+	return b.count.Load()
 }
 
 // start dates the budget's creation, so first attempts counted before it is
@@ -175,7 +186,7 @@ func (b *budget) depositLater() {
 // the n counted since the last fold, the share that falls within the last
 // Window if they came evenly (see lazyShare).
 func (b *budget) foldLocked(now time.Time) {
-	cur := b.count.Load()
+	cur := b.counted()
 	if n := int64(cur - b.folded); n > 0 {
 		b.w.add(now, lazyShare(n, b.foldedAt, now, b.span), 0)
 	}

@@ -1,10 +1,14 @@
 package retryhttp
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // scanHeader stands in for three readings of a response's header on the
@@ -92,4 +96,33 @@ func TestValidateRequestSmallHeaders(t *testing.T) {
 			t.Errorf("%s: got %v, want an error saying %s", tc.name, err, tc.bad)
 		}
 	}
+}
+
+// A first attempt admitted at once is counted as a request and an attempt
+// by one add (counters.quick): Stats and the retry budget must see both,
+// as they do for a request that waited or was retried.
+func TestStatsCountQuickFirstAttempts(t *testing.T) {
+	up := &switchable{downFor: 4} // 503 for attempts 1 to 4, then 200
+	up.up.Store(true)
+	rt := New(up, WithClock(autoClock()), WithJitter(0),
+		WithCircuitBreaker(CircuitBreaker{Disabled: true}))
+	for i := 0; i < 3; i++ {
+		_, err := getWith(t, rt, context.Background())
+		require.NoError(t, err)
+	}
+	s := rt.Stats()[0]
+	assert.EqualValues(t, 3, s.Requests, "three plain requests")
+	assert.EqualValues(t, 3, s.Attempts, "one attempt each")
+	assert.EqualValues(t, 3, up.attempts.Load())
+
+	up.up.Store(false)
+	up.attempts.Store(2) // two more 503s, then 200
+	resp, err := getWith(t, rt, context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	s = rt.Stats()[0]
+	assert.EqualValues(t, 4, s.Requests)
+	assert.EqualValues(t, 6, s.Attempts, "the fourth request took three attempts")
+	assert.EqualValues(t, 2, s.Retries)
+	assert.EqualValues(t, 2, s.Failures)
 }

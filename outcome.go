@@ -131,21 +131,38 @@ func (h health) String() string {
 }
 
 // judge makes the attempt's outcome in *o, which must be the zero outcome:
-// one classification, one reading of the headers.
-func (c *call) judge(o *outcome, a *admission, resp *http.Response, err error) {
+// one classification, one reading of the headers (scan: resp's, read once).
+func (c *call) judge(o *outcome, a *admission, resp *http.Response, err error, scan *headerScan) {
 	if err != nil {
 		o.err = err
 		c.judgeError(o)
 		return
 	}
-	scan := scanHeader(resp.Header)
 	if c.policy.firstEventTimeout > 0 && scan.mayBeEventStream() && isEventStream(resp) {
 		if f := c.checkFirstEvent(resp); f != nil {
-			c.judgeStream(o, a, f, &scan)
+			c.judgeStream(o, a, f, scan)
 			return
 		}
 	}
-	c.judgeResponse(o, a, resp, &scan)
+	c.judgeResponse(o, a, resp, scan)
+}
+
+// quiet reports an answer that judge and observe would find plain and
+// silent, and then counts it as they would: below 400 with no word on
+// retrying (no X-Should-Retry, no classifier) and no rate-limit headers,
+// not a stream to check, from a free upstream to an attempt that is not a
+// probe, with no hook to tell. The outcome judge would make says nothing
+// the call keeps: the response goes to the caller as it is. Most requests
+// end here, without an outcome to build.
+func (c *call) quiet(a *admission, resp *http.Response, scan *headerScan) bool {
+	u := a.pass.u
+	if resp.StatusCode >= 400 || scan.rateLimit || scan.shouldRetry || u == nil || a.pass.probe ||
+		c.policy.classifier != nil || c.policy.firstEventTimeout > 0 && scan.mayBeEventStream() ||
+		c.t.cfg.hooks.OnAttemptDone != nil || !u.free.Load() {
+		return false
+	}
+	c.served(u, a)
+	return true
 }
 
 // headerScan is what one pass over a response's header keys finds. The
@@ -243,12 +260,18 @@ func (c *call) judgeStream(o *outcome, a *admission, f *streamFailure, scan *hea
 // outcome. scan is resp's header keys read once.
 func (c *call) judgeResponse(o *outcome, a *admission, resp *http.Response, scan *headerScan) {
 	o.resp = resp
-	o.health = statusHealth(resp.StatusCode)
-	retry, _ := c.policy.classifyResponse(resp, scan.shouldRetry)
-	o.retry = retry && !c.unsafeToRetry(resp, nil)
-	// A 429, or a 403 judged a rate limit (GitHub's): the server refused
-	// for rate, and its wait holds the whole upstream.
-	o.throttled = resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusForbidden && retry
+	if resp.StatusCode < 400 && c.policy.classifier == nil && !scan.shouldRetry {
+		// Most answers: served and final (what classifyResponse and
+		// statusHealth say of them), with nothing to ask of the policy.
+		o.health = serving
+	} else {
+		o.health = statusHealth(resp.StatusCode)
+		retry, _ := c.policy.classifyResponse(resp, scan.shouldRetry)
+		o.retry = retry && !c.unsafeToRetry(resp, nil)
+		// A 429, or a 403 judged a rate limit (GitHub's): the server
+		// refused for rate, and its wait holds the whole upstream.
+		o.throttled = resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusForbidden && retry
+	}
 	if u := a.pass.u; u != nil && (o.throttled || scan.rateLimit || a.pass.probe || !u.free.Load()) {
 		now := c.t.cfg.clock.Now()
 		o.limits = readRateLimits(resp.Header, now, u.serverNow(resp.Header, now))

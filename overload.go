@@ -95,12 +95,14 @@ func (c *call) report(a *admission, o *outcome) {
 	if u == nil {
 		return
 	}
-	o.atCapacity = c.learnLimit(u, &a.limit, o)
+	if o.health == serving && !o.throttled {
+		c.served(u, a)
+		return
+	}
+	o.atCapacity = c.learnLimit(u, &a.limit, o.limitSignal())
 	switch o.health {
-	case serving:
-		if o.throttled {
-			u.stats.throttled.Add(1)
-		}
+	case serving: // throttled: refused for rate, but up
+		u.stats.throttled.Add(1)
 		if !u.breaker.countSuccess(a.probe) {
 			u.breaker.success(c.t.cfg.clock.Now(), a.probe)
 		}
@@ -117,17 +119,32 @@ func (c *call) report(a *admission, o *outcome) {
 	}
 }
 
+// served reports an answer the upstream meant, not a refusal (most
+// attempts): the adaptive limit takes it as accepted, which is never "at
+// capacity", and learns nothing from it unless it was sampled or a limit is
+// learned; the breaker counts it without its lock.
+func (c *call) served(u *upstream, a *admission) {
+	if a.limit.held && !u.limit.servedQuietly(&a.limit) {
+		c.learnLimit(u, &a.limit, limitAccepted)
+	}
+	if !u.breaker.countSuccess(a.probe) {
+		c.success(u, a.probe)
+	}
+}
+
+// success tells the breaker of a success under its lock, dated now (a
+// probe's, or one while it is not closed).
+func (c *call) success(u *upstream, probe uint64) {
+	u.breaker.success(c.t.cfg.clock.Now(), probe)
+}
+
 // learnLimit tells the upstream's adaptive limit what the attempt's outcome
-// says of its capacity, and reports whether a refusal was taken as "at
+// says of its capacity (s), and reports whether a refusal was taken as "at
 // capacity" (then the breaker is not told of it).
-func (c *call) learnLimit(u *upstream, t *limitTicket, o *outcome) bool {
+func (c *call) learnLimit(u *upstream, t *limitTicket, s limitSignal) bool {
 	if !t.held {
 		return false
 	}
-	if o.health == serving && !o.throttled && u.limit.servedQuietly(t) {
-		return false // accepted (see limitSignal), nothing to learn
-	}
-	s := o.limitSignal()
 	var now time.Time
 	if s == limitAccepted && t.sample {
 		now = time.Now() // real time: see awaitLimit

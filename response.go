@@ -86,11 +86,8 @@ func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *con
 	if rc == nil {
 		rc = http.NoBody
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols { // the status first: no interface assertion on the common path
-		if rwc, ok := rc.(io.ReadWriteCloser); ok {
-			resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}, rwc}
-			return
-		}
+	if resp.StatusCode == http.StatusSwitchingProtocols && wrapUpgraded(resp, rc, attempts, done, limit, epoch) {
+		return // the status first: no interface assertion on the common path
 	}
 	b := &responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}
 	resp.Body = b
@@ -100,6 +97,16 @@ func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *con
 		// bodiless response often skip.
 		b.finish()
 	}
+}
+
+// wrapUpgraded is wrapResponseBody for a 101 whose body is writable, and
+// reports whether it was.
+func wrapUpgraded(resp *http.Response, rc io.ReadCloser, attempts int, done func(), limit *concurrencyLimit, epoch uint32) bool {
+	rwc, ok := rc.(io.ReadWriteCloser)
+	if ok {
+		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}, rwc}
+	}
+	return ok
 }
 
 // trackedBody returns the tracking body of a response RoundTrip returned.

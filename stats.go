@@ -69,7 +69,17 @@ type Stats struct {
 type counters struct {
 	requests, attempts, retries, throttled, failures atomic.Uint64
 	queued                                           atomic.Int64
+	// quick counts the requests admitted at once whose first attempt was
+	// sent (see admit): each is a request and an attempt, counted here
+	// alone, so that the happy path makes one atomic add for both.
+	quick atomic.Uint64
 }
+
+// admitted is the count of requests (first attempts admitted or refused).
+func (s *counters) admitted() uint64 { return s.requests.Load() + s.quick.Load() }
+
+// sent is the count of attempts sent.
+func (s *counters) sent() uint64 { return s.attempts.Load() + s.quick.Load() }
 
 // Stats returns a snapshot of every upstream the transport has state for,
 // sorted by Key. It is safe to call at any time, from any goroutine: poll it
@@ -90,8 +100,8 @@ func (u *upstream) snapshot(now time.Time) Stats {
 	s := Stats{
 		Key:         u.key.String(),
 		At:          now,
-		Requests:    u.stats.requests.Load(),
-		Attempts:    u.stats.attempts.Load(),
+		Requests:    u.stats.admitted(),
+		Attempts:    u.stats.sent(),
 		Retries:     u.stats.retries.Load(),
 		RateLimited: u.stats.throttled.Load(),
 		Failures:    u.stats.failures.Load(),

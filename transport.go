@@ -86,17 +86,24 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if c.body.orig != nil { // nothing to close without a body (most GETs)
 		defer c.body.close()
 	}
-	// a and o are reused by every attempt and passed by pointer: an
-	// outcome is some 300 bytes, and copying it between the stages was a
+	// a is reused by every attempt and passed by pointer, as is the
+	// outcome: some 300 bytes, and copying it between the stages was a
 	// measurable share of the per-request cost.
 	var a admission
-	var o outcome
 	for {
 		if err := c.admit(&a); err != nil {
 			return c.refused(err)
 		}
 		resp, err := c.send(&a)
-		c.judge(&o, &a, resp, err)
+		var scan headerScan
+		if err == nil {
+			scan = scanHeader(resp.Header)
+			if c.quiet(&a, resp, &scan) {
+				return resp, nil // most requests: a plain answer, nothing to learn
+			}
+		}
+		var o outcome
+		c.judge(&o, &a, resp, err, &scan)
 		c.observe(&a, &o)
 		if t.cfg.hooks.OnAttemptDone != nil {
 			c.logAttemptDone(&o)
@@ -116,7 +123,6 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		c.logRetry(&o, wait)
 		discard(o.resp)
-		o = outcome{} // judge fills a zero outcome
 		if err := c.sleep(wait, nil); err != nil {
 			return c.canceled(nil, err)
 		}
@@ -156,16 +162,16 @@ type call struct {
 // is sent.
 func (t *RetryTransport) begin(c *call, req *http.Request) error {
 	if err := validateRequest(req, t.upstreams.lastHost()); err != nil {
-		if req != nil && req.Body != nil {
-			req.Body.Close()
-		}
-		creds := credentialsOf(req)
-		return &Error{Err: err, Method: methodOf(req), URL: creds.url(urlOf(req)), creds: creds}
+		return invalid(req, err)
 	}
 	// Field by field: c is already zero, and a composite literal would
 	// build the whole call aside and copy it over.
 	c.t, c.req, c.ctx, c.policy = t, req, req.Context(), &t.cfg.policy
-	t.keyOf(req, &c.key)
+	if t.cfg.keyFunc == nil && !t.cfg.keyByModel {
+		c.key.scheme, c.key.host = req.URL.Scheme, req.URL.Host // keyOf's default, in line
+	} else {
+		t.keyOf(req, &c.key)
+	}
 	if opts := requestOptions(c.ctx); opts != nil {
 		c.policy = t.requestPolicy(opts)
 	}
@@ -176,6 +182,18 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 		c.header = c.policy.stampHeaders(req)
 	}
 	return nil
+}
+
+// invalid refuses a request that can never succeed (err says why),
+// closing its body as RoundTrip must. (Out of begin, which every request
+// runs: cold code in a hot function spreads it over more of the
+// instruction cache.)
+func invalid(req *http.Request, err error) error {
+	if req != nil && req.Body != nil {
+		req.Body.Close()
+	}
+	creds := credentialsOf(req)
+	return &Error{Err: err, Method: methodOf(req), URL: creds.url(urlOf(req)), creds: creds}
 }
 
 // send makes one attempt. The caller's request goes out untouched when
@@ -192,30 +210,29 @@ func (c *call) send(a *admission) (*http.Response, error) {
 	}
 	out, timeout, err := c.attemptRequest()
 	if err != nil {
+		if a.quick {
+			a.pass.u.stats.requests.Add(1) // a request, but no attempt
+		}
 		c.t.release(a)
 		return nil, err
 	}
 	c.attempts++
-	if a.pass.u != nil {
+	switch {
+	case a.quick:
+		a.pass.u.stats.quick.Add(1) // the request and its first attempt, at once
+	case a.pass.u != nil:
 		a.pass.u.stats.attempts.Add(1)
 	}
 	if cfg := &c.t.cfg; cfg.hooks.OnAttempt != nil || cfg.logger != nil {
 		c.logAttempt()
 	}
 	resp, err := c.t.cfg.base.RoundTrip(out)
-	if resp == nil && err == nil {
-		err = errNoOutcome
+	var release func()
+	if timeout != nil || a.hasSlot {
+		release = c.t.releaser(a, timeout.headersArrived())
 	}
-	release := c.t.releaser(a, timeout.headersArrived())
-	if err != nil {
-		err = c.localCause(timeout.explain(c.ctx, err))
-		if release != nil {
-			release()
-		}
-		if l := a.limitSlot(); l != nil {
-			l.release(a.limit.epoch)
-		}
-		return nil, err
+	if err != nil || resp == nil {
+		return nil, c.sendFailed(a, timeout, release, err)
 	}
 	if resp.Request == nil || resp.Request == out {
 		resp.Request = c.req // the caller's request, not our per-attempt copy
@@ -226,6 +243,23 @@ func (c *call) send(a *admission) (*http.Response, error) {
 	}
 	wrapResponseBody(resp, c.attempts, release, a.limitSlot(), a.limit.epoch)
 	return resp, nil
+}
+
+// sendFailed ends an attempt that got no response: err, or errNoOutcome
+// for a base transport that returned neither. It releases what the attempt
+// holds and returns the error to judge.
+func (c *call) sendFailed(a *admission, timeout *attemptTimer, release func(), err error) error {
+	if err == nil {
+		err = errNoOutcome
+	}
+	err = c.localCause(timeout.explain(c.ctx, err))
+	if release != nil {
+		release()
+	}
+	if l := a.limitSlot(); l != nil {
+		l.release(a.limit.epoch)
+	}
+	return err
 }
 
 // attemptRequest builds the request for this attempt.

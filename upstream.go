@@ -48,7 +48,7 @@ func (t *RetryTransport) newUpstream() *upstream {
 		born:   t.cfg.clock.Now(),
 	}
 	u.bound = t.cfg.policy.maxRetryAfter
-	u.budget.countWith(&u.stats.requests) // a request's count is its deposit
+	u.budget.countWith(&u.stats.requests, &u.stats.quick) // a request's count is its deposit
 	u.breaker = newBreaker(t.cfg.breaker, func(from, to BreakerState) { t.breakerChanged(u, from, to) })
 	now := t.cfg.clock.Now()
 	u.breaker.start(now)
@@ -435,7 +435,7 @@ func (u *upstream) seedAccepts(now time.Time) {
 	if now.Sub(u.born) >= time.Second {
 		return
 	}
-	ok := int(u.stats.attempts.Load()) - int(u.stats.throttled.Load()) - int(u.stats.failures.Load())
+	ok := int(u.stats.sent()) - int(u.stats.throttled.Load()) - int(u.stats.failures.Load())
 	if have := u.accepts.perSecond(now); float64(ok) > have {
 		u.accepts.counts[u.accepts.head] += ok - int(have)
 	}
