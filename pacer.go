@@ -110,8 +110,8 @@ type pacer struct {
 	since0   float64       // the rate the observed mode began at
 	// okSent and okAt are the latest-sent attempt served so far and when
 	// it was sent (see servedSent); unitCap is the most the observed rate
-	// may be, by the waits 429s named in milliseconds (see fineBound); 0:
-	// none.
+	// may be, by the wait the latest 429 named in milliseconds (see
+	// fineBound), for as long as the observed mode lasts; 0: none.
 	okSent  uint64
 	okAt    time.Time
 	unitCap float64
@@ -579,10 +579,13 @@ func (p *pacer) forget(now time.Time) {
 // implies); one that was on is cut.
 //
 // A wait named in milliseconds bounds the server's rate (see fineBound):
-// the observed rate never goes past a margin under the lowest such bound
+// the observed rate never goes past a margin under the latest such bound
 // (unitCap), neither by the first climb nor by the creep above the
 // ceiling. At the bound, a pace creeping by growCreep drew a 429 every few
-// seconds from a bucket of one.
+// seconds from a bucket of one. The latest bound replaces the one before,
+// rather than the lowest standing: a bound is only as exact as the two
+// attempts' one-way times are alike, and the lowest of many would keep
+// the one jitter made too low.
 func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine bool, sent uint64, at time.Time) {
 	p.runEst, p.inRun = p.runRate(now)
 	defer func() {
@@ -596,7 +599,7 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine b
 	}
 	if p.rate > 0 {
 		if fineCap > 0 && p.mode == paceObserved {
-			p.unitCap = minCap(p.unitCap, fineCap)
+			p.unitCap = fineCap
 		}
 		p.cut(now, sent)
 		if p.mode == paceObserved && p.unitCap > 0 && p.rate > p.unitCap {
@@ -620,7 +623,7 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine b
 		// ceiling.
 		p.rate = max(p.rate, paceMargin/hint.Seconds())
 		if fineCap > 0 {
-			p.unitCap = minCap(p.unitCap, fineCap)
+			p.unitCap = fineCap
 			p.rate = min(p.rate, fineCap)
 			p.ceiling = p.rate
 		}
@@ -631,14 +634,6 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine b
 	// away, not now (with no hold, a Retry-After absent or already past,
 	// a slot now is a 429 for sure).
 	p.tatV = max(p.tatV, p.slotsAt(now)+1)
-}
-
-// minCap is the lower of two caps, 0 standing for none.
-func minCap(a, b float64) float64 {
-	if a <= 0 {
-		return b
-	}
-	return min(a, b)
 }
 
 // observe starts the observed mode: at the pace's rate, or without one at
