@@ -110,11 +110,13 @@ type pacer struct {
 	since0   float64       // the rate the observed mode began at
 	// okSent and okAt are the latest-sent attempt served so far and when
 	// it was sent (see servedSent); unitCap is the most the observed rate
-	// may be, by the wait the latest 429 named in milliseconds (see
-	// fineBound), for as long as the observed mode lasts; 0: none.
+	// may be, by the waits 429s named in milliseconds (see fineBound and
+	// capUnits), for as long as the observed mode lasts, 0: none; unitOK
+	// is the okSent its bounds were measured from.
 	okSent  uint64
 	okAt    time.Time
 	unitCap float64
+	unitOK  uint64
 }
 
 // refusals marks the first 429 of a run of them: when it came and the
@@ -510,6 +512,21 @@ func (p *pacer) fineBound(hint time.Duration, sent uint64, at time.Time) float64
 	return min(bound, float64(sent-p.okSent)/span.Seconds())
 }
 
+// capUnits takes in a 429's bound on the rate, less the margin (see
+// fineBound). Bounds measured from the same success keep the lowest: the
+// refusals answered at once, the one sent right after the success bounds
+// it closest (the others share the span with the attempts sent between),
+// and they may be taken in in any order. One measured from a later success
+// replaces them: a bound is only as exact as the two attempts' one-way
+// times are alike, and the lowest of all would keep the one jitter made
+// too low.
+func (p *pacer) capUnits(c float64) {
+	if p.unitCap > 0 && p.unitOK == p.okSent {
+		c = min(c, p.unitCap)
+	}
+	p.unitCap, p.unitOK = c, p.okSent
+}
+
 // capRate keeps the observed rate, and the ceiling, at or under unitCap.
 func (p *pacer) capRate() {
 	if p.unitCap <= 0 || p.mode != paceObserved {
@@ -579,13 +596,10 @@ func (p *pacer) forget(now time.Time) {
 // implies); one that was on is cut.
 //
 // A wait named in milliseconds bounds the server's rate (see fineBound):
-// the observed rate never goes past a margin under the latest such bound
-// (unitCap), neither by the first climb nor by the creep above the
+// the observed rate never goes past a margin under it (unitCap, see
+// capUnits), neither by the first climb nor by the creep above the
 // ceiling. At the bound, a pace creeping by growCreep drew a 429 every few
-// seconds from a bucket of one. The latest bound replaces the one before,
-// rather than the lowest standing: a bound is only as exact as the two
-// attempts' one-way times are alike, and the lowest of many would keep
-// the one jitter made too low.
+// seconds from a bucket of one.
 func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine bool, sent uint64, at time.Time) {
 	p.runEst, p.inRun = p.runRate(now)
 	defer func() {
@@ -599,7 +613,7 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine b
 	}
 	if p.rate > 0 {
 		if fineCap > 0 && p.mode == paceObserved {
-			p.unitCap = fineCap
+			p.capUnits(fineCap)
 		}
 		p.cut(now, sent)
 		if p.mode == paceObserved && p.unitCap > 0 && p.rate > p.unitCap {
@@ -623,8 +637,8 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine b
 		// ceiling.
 		p.rate = max(p.rate, paceMargin/hint.Seconds())
 		if fineCap > 0 {
-			p.unitCap = fineCap
-			p.rate = min(p.rate, fineCap)
+			p.capUnits(fineCap)
+			p.rate = min(p.rate, p.unitCap)
 			p.ceiling = p.rate
 		}
 		p.since0 = p.rate

@@ -301,6 +301,22 @@ func TestAWaitInMillisecondsAfterASuccessBoundsTheRate(t *testing.T) {
 	}
 	assert.LessOrEqual(t, p.rate, 5*paceMargin+1e-9, "no creep past the bound")
 
+	// Two sent together after the probe, both refused: the second one's
+	// bound shares the span with the first (at most 10 a second, the wait
+	// alone 5.6). Taken in first, it does not lift the closer one's.
+	for _, order := range [][]uint64{{2, 3}, {3, 2}} {
+		p := &pacer{}
+		now := testStart.Add(40 * time.Millisecond)
+		p.sent = 3
+		p.servedSent(1, testStart)
+		for _, sent := range order {
+			p.answered(now, true)
+			p.throttled(now, false, 180*time.Millisecond, true, sent, testStart.Add(20*time.Millisecond))
+		}
+		assert.InDelta(t, 5*paceMargin, p.rate, 1e-9, "refusals taken in as %v", order)
+		assert.InDelta(t, 5*paceMargin, p.unitCap, 1e-9, "refusals taken in as %v", order)
+	}
+
 	// Attempts sent between the success and the refused one may have
 	// taken a unit each: the bound shares the span among them.
 	q := &pacer{}
