@@ -307,7 +307,7 @@ func tolerance(w world) float64 {
 	}
 	// Whole-second resets: 1.5x, with or without -race. Under -race,
 	// goroutine orders used to put an Anthropic or GitHub-style bucket
-	// cell at 1.25-1.54x now and then (9 of about 260 runs of the 40 req/s
+	// cell at 1.25-1.54x now and then (9 of 240 runs of the 40 req/s
 	// ones with 2 ms answers): a coarse bucket's shortfall, short by float
 	// noise (under a nanosecond) at the instant its waiters were told to
 	// wake, was truncated to no wait, so every request woken then went
