@@ -108,6 +108,15 @@ type pacer struct {
 	inRun    bool          // the latest 429 extends a run (see runRate)
 	wentAt   time.Time     // when the observed pace last let an attempt go (see spacing)
 	since0   float64       // the rate the observed mode began at
+	// okSent and okAt are the latest-sent attempt served so far and when
+	// it was sent (see servedSent); unitCap is the most the observed rate
+	// may be, by the waits 429s named in milliseconds (see fineBound and
+	// capUnits), for as long as the observed mode lasts, 0: none; unitOK
+	// is the okSent its bounds were measured from.
+	okSent  uint64
+	okAt    time.Time
+	unitCap float64
+	unitOK  uint64
 }
 
 // refusals marks the first 429 of a run of them: when it came and the
@@ -335,7 +344,13 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	if inFlight == 0 {
 		short = min(short, 1)
 	}
-	d := short / p.proven * float64(time.Second)
+	// Rounded up: a shortfall under a nanosecond is still one. A request
+	// woken when the model said the unit would be in finds it short by
+	// float noise (2 - 1e-12 units); truncated to 0, that let it go
+	// uncounted (see cleared), and so every other request woken at the
+	// same instant: several went at once, one drew a 429 and waited out its
+	// whole-second Retry-After.
+	d := math.Ceil(short / p.proven * float64(time.Second))
 	if p.bound > 0 {
 		d = min(d, float64(p.bound))
 	}
@@ -466,6 +481,63 @@ func (p *pacer) answered(now time.Time, throttled bool) {
 	p.grow(now)
 }
 
+// servedSent records that the attempt sent as the sent-th, at at, was
+// served: the latest such is where the server's bucket was last seen to
+// take a unit (see fineBound).
+func (p *pacer) servedSent(sent uint64, at time.Time) {
+	if sent > p.okSent && !at.IsZero() {
+		p.okSent, p.okAt = sent, at
+	}
+}
+
+// fineBound is the most the server's rate can be by a 429 to the attempt
+// sent as the sent-th, at at, that named hint, in milliseconds, as the time
+// to its next unit. The wait alone bounds it to a unit per hint. With the
+// latest served attempt sent before it, the bound is tighter: the server
+// took a unit for that one, at most the attempts sent between took one each,
+// and the next unit comes hint after this one reached it; a bucket holds at
+// most one interval's worth of refill past its last unit taken when it is
+// empty, so those units span (at - okAt) + hint, at least. (One-way times
+// cancel out when both legs of the two attempts are alike.) A bucket of one
+// at 5 a second, its probe served and the next attempt refused 20 ms later
+// with retry-after-ms 180: at most 5 a second, where the wait alone says
+// 5.6, and a pace a margin under 5.6 probed above the rate at every other
+// attempt.
+func (p *pacer) fineBound(hint time.Duration, sent uint64, at time.Time) float64 {
+	bound := 1 / hint.Seconds()
+	if sent == 0 || at.IsZero() || p.okAt.IsZero() || sent <= p.okSent || at.Before(p.okAt) {
+		return bound
+	}
+	span := at.Sub(p.okAt) + hint
+	return min(bound, float64(sent-p.okSent)/span.Seconds())
+}
+
+// capUnits takes in a 429's bound on the rate, less the margin (see
+// fineBound). Bounds measured from the same success keep the lowest: the
+// refusals answered at once, the one sent right after the success bounds
+// it closest (the others share the span with the attempts sent between),
+// and they may be taken in in any order. One measured from a later success
+// replaces them: a bound is only as exact as the two attempts' one-way
+// times are alike, and the lowest of all would keep the one jitter made
+// too low.
+func (p *pacer) capUnits(c float64) {
+	if p.unitCap > 0 && p.unitOK == p.okSent {
+		c = min(c, p.unitCap)
+	}
+	p.unitCap, p.unitOK = c, p.okSent
+}
+
+// capRate keeps the observed rate, and the ceiling, at or under unitCap.
+func (p *pacer) capRate() {
+	if p.unitCap <= 0 || p.mode != paceObserved {
+		return
+	}
+	p.rate = min(p.rate, p.unitCap)
+	if p.ceiling > 0 {
+		p.ceiling = min(p.ceiling, p.unitCap)
+	}
+}
+
 // grow raises the observed rate while requests wait on it and no 429 has
 // come for a growEvery: it doubles up to the ceiling the last 429 left (or
 // without one, before the first cut), then creeps by growCreep, so the
@@ -485,6 +557,7 @@ func (p *pacer) grow(now time.Time) {
 	default:
 		p.rate *= growCreep
 	}
+	p.capRate()
 	p.setPace(now, p.paceOf(p.rate))
 }
 
@@ -515,20 +588,38 @@ func (p *pacer) forget(now time.Time) {
 	*p = keep
 }
 
-// throttled reacts to a 429 answering attempt sent. stated reports that the
-// response carried rate-limit state (learn has it); hint is the wait the
-// server named, 0 if none; fine, that it named it in milliseconds. A pacer that was off starts observing at the
+// throttled reacts to a 429 answering attempt sent, sent at at (zero if
+// not numbered). stated reports that the response carried rate-limit state
+// (learn has it); hint is the wait the server named, 0 if none; fine, that
+// it named it in milliseconds. A pacer that was off starts observing at the
 // rate accepted over the last second (or the one a sub-second hint
 // implies); one that was on is cut.
-func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine bool, sent uint64) {
+//
+// A wait named in milliseconds bounds the server's rate (see fineBound):
+// the observed rate never goes past a margin under it (unitCap, see
+// capUnits), neither by the first climb nor by the creep above the
+// ceiling. At the bound, a pace creeping by growCreep drew a 429 every few
+// seconds from a bucket of one.
+func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine bool, sent uint64, at time.Time) {
 	p.runEst, p.inRun = p.runRate(now)
 	defer func() {
 		if p.streak.at.Equal(now) {
 			p.streak.rate = p.rate
 		}
 	}()
+	fineCap := 0.0
+	if fine && hint > 0 && hint < time.Second {
+		fineCap = paceMargin * p.fineBound(hint, sent, at)
+	}
 	if p.rate > 0 {
+		if fineCap > 0 && p.mode == paceObserved {
+			p.capUnits(fineCap)
+		}
 		p.cut(now, sent)
+		if p.mode == paceObserved && p.unitCap > 0 && p.rate > p.unitCap {
+			p.capRate()
+			p.setPace(now, p.paceOf(p.rate))
+		}
 		return
 	}
 	if stated {
@@ -539,14 +630,18 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine b
 		// The time to the next unit: the bucket holds less than one,
 		// so it refills slower than a unit per hint. Paced a margin
 		// under that bound; named to the millisecond, it is the
-		// ceiling too (a climb past it doubles into a 429 for sure).
-		// A Retry-After in whole seconds, or a date, may name less
-		// than a second that is no unit's time at all: no ceiling.
+		// ceiling too (a climb past it doubles into a 429 for sure),
+		// and with the latest success it bounds the rate closer
+		// (fineBound). A Retry-After in whole seconds, or a date, may
+		// name less than a second that is no unit's time at all: no
+		// ceiling.
 		p.rate = max(p.rate, paceMargin/hint.Seconds())
-		p.since0 = p.rate
-		if fine {
+		if fineCap > 0 {
+			p.capUnits(fineCap)
+			p.rate = min(p.rate, p.unitCap)
 			p.ceiling = p.rate
 		}
+		p.since0 = p.rate
 		p.setPace(now, p.paceOf(p.rate))
 	}
 	// The server's bucket is empty now: the pace's first slot is a unit

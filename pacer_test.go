@@ -151,7 +151,7 @@ func TestAWindowsLastUnitIsLetGoOnceBeforeItIsSent(t *testing.T) {
 func refuse(p *pacer, now time.Time) {
 	p.sent++
 	p.answered(now, true)
-	p.throttled(now, false, 0, false, p.sent)
+	p.throttled(now, false, 0, false, p.sent, time.Time{})
 }
 
 // serve tells p of an attempt sent on the pace and served at now.
@@ -188,11 +188,11 @@ func TestAnswersSentWhileFreeDoNotCutTheObservedPace(t *testing.T) {
 	now := testStart
 	p.sent++
 	p.answered(now, true)
-	p.throttled(now, false, 0, false, p.sent)
+	p.throttled(now, false, 0, false, p.sent, time.Time{})
 	rate := p.rate
 	for i := 0; i < 5; i++ {
 		p.answered(now, true)
-		p.throttled(now, false, 0, false, 0)
+		p.throttled(now, false, 0, false, 0, time.Time{})
 	}
 	assert.Equal(t, rate, p.rate, "the herd's refusals say nothing of the pace")
 	assert.Zero(t, p.cuts)
@@ -228,7 +228,7 @@ func TestTheObservedPaceStartsAUnitAfterThe429(t *testing.T) {
 	now := testStart
 	p.sent++
 	p.answered(now, true)
-	p.throttled(now, false, 0, false, p.sent)
+	p.throttled(now, false, 0, false, p.sent, time.Time{})
 	require.Equal(t, paceObserved, p.mode)
 	first := p.book(now)
 	assert.Equal(t, now.Add(p.interval), first.at, "not now: a slot now is a 429 for sure")
@@ -259,7 +259,7 @@ func TestAWaitInMillisecondsCapsTheObservedClimb(t *testing.T) {
 		now := testStart
 		p.sent++
 		p.answered(now, true)
-		p.throttled(now, false, 200*time.Millisecond, fine, p.sent)
+		p.throttled(now, false, 200*time.Millisecond, fine, p.sent, time.Time{})
 		assert.InDelta(t, 5*paceMargin, p.rate, 1e-9)
 		p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
 		for i := 0; i < 3; i++ {
@@ -272,4 +272,56 @@ func TestAWaitInMillisecondsCapsTheObservedClimb(t *testing.T) {
 			assert.Greater(t, p.rate, 10.0, "a coarse wait does not cap the climb")
 		}
 	}
+}
+
+func TestAWaitInMillisecondsAfterASuccessBoundsTheRate(t *testing.T) {
+	// A bucket of one at 5 a second that states nothing: the probe, sent
+	// at 0, is served; the next attempt, sent 20 ms later, is refused with
+	// retry-after-ms: 180 (the next unit comes 200 ms after the probe's).
+	// The wait alone says at most 5.6 a second, and a pace a margin under
+	// that (5.3) probed above the bucket at every other attempt: 5 of 60
+	// requests saw a 429. With the success, the bound is 5: the pace goes
+	// a margin under it, and stays there while requests wait and are
+	// served (no creep past it).
+	p := &pacer{}
+	now := testStart
+	p.sent++
+	p.answered(now.Add(20*time.Millisecond), false)
+	p.servedSent(p.sent, now)
+	p.sent++
+	now = now.Add(40 * time.Millisecond)
+	p.answered(now, true)
+	p.throttled(now, false, 180*time.Millisecond, true, p.sent, testStart.Add(20*time.Millisecond))
+	require.Equal(t, paceObserved, p.mode)
+	assert.InDelta(t, 5*paceMargin, p.rate, 1e-9, "a margin under the 5 a second the success and the wait bound")
+	for i := 0; i < 100; i++ { // 20 s of successes, requests waiting
+		p.tatV = p.slotsAt(now) + 20
+		now = now.Add(p.interval)
+		serve(p, now)
+	}
+	assert.LessOrEqual(t, p.rate, 5*paceMargin+1e-9, "no creep past the bound")
+
+	// Two sent together after the probe, both refused: the second one's
+	// bound shares the span with the first (at most 10 a second, the wait
+	// alone 5.6). Taken in first, it does not lift the closer one's.
+	for _, order := range [][]uint64{{2, 3}, {3, 2}} {
+		p := &pacer{}
+		now := testStart.Add(40 * time.Millisecond)
+		p.sent = 3
+		p.servedSent(1, testStart)
+		for _, sent := range order {
+			p.answered(now, true)
+			p.throttled(now, false, 180*time.Millisecond, true, sent, testStart.Add(20*time.Millisecond))
+		}
+		assert.InDelta(t, 5*paceMargin, p.rate, 1e-9, "refusals taken in as %v", order)
+		assert.InDelta(t, 5*paceMargin, p.unitCap, 1e-9, "refusals taken in as %v", order)
+	}
+
+	// Attempts sent between the success and the refused one may have
+	// taken a unit each: the bound shares the span among them.
+	q := &pacer{}
+	q.servedSent(1, testStart)
+	assert.InDelta(t, 2/0.25, q.fineBound(100*time.Millisecond, 3, testStart.Add(150*time.Millisecond)), 1e-9)
+	assert.InDelta(t, 1/0.18, q.fineBound(180*time.Millisecond, 1, testStart.Add(20*time.Millisecond)), 1e-9,
+		"without a success sent before it, the wait alone")
 }

@@ -387,7 +387,7 @@ func TestLearnedRateRecoversFromALowStart(t *testing.T) {
 	assert.Equal(t, 6.0, u.rate, "never above what a reading proves")
 	u.rate = u.nextRate(5, 10, Quota{Limit: 10, Remaining: 1, HasLimit: true, HasRemaining: true}, 9, 1, true)
 	assert.InDelta(t, 6*1.02, u.rate, 1e-9, "low quota: a slow creep")
-	u.pacer.throttled(time.Unix(0, 0), true, 0, false, 1)
+	u.pacer.throttled(time.Unix(0, 0), true, 0, false, 1, time.Time{})
 	assert.InDelta(t, 6*1.02*0.9, u.ceiling, 1e-9, "a 429 sets a ceiling")
 	assert.InDelta(t, 6*1.02*rateBackoff, u.rate, 1e-9, "and drops the rate: a 429 disproves what readings seemed to prove")
 	assert.InDelta(t, u.rate, u.proven, 1e-9, "proven drops with it")
@@ -563,6 +563,38 @@ func TestShortfallHoldsWhatTheBucketLacks(t *testing.T) {
 	assert.Equal(t, 60*time.Millisecond, u.shortfall(now, 7), "6 short with 7 out: wait for the refill")
 	assert.Equal(t, 10*time.Millisecond, u.shortfall(now, 0),
 		"nothing out: at most one unit, so a wrong model cannot keep the upstream idle")
+}
+
+func TestShortfallUnderANanosecondStillWaits(t *testing.T) {
+	// The refill the model counts reaches the unit a request waits for
+	// at the instant it was told to wake, less float noise: it is short
+	// by far under a nanosecond. Truncated to 0, that let it go
+	// uncounted, and every other request woken at that instant too (4
+	// went at once at a bucket of 4 and one drew a 429 whose whole-second
+	// Retry-After cost up to 1.54x the ideal). Rounded up, it waits a
+	// nanosecond, then goes counted: one goes, the others wait.
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{coarse: true, limit: 4, proven: 38.56}}
+	now := testStart
+	u.latest = reading{at: now, remaining: 1, sent: 5}
+	u.sent = 5
+	now = now.Add(time.Millisecond)
+	wait := u.shortfall(now, 0)
+	require.Positive(t, wait, "1 left and a unit of headroom: wait for one more")
+	wake := now.Add(wait)
+	for wake.Sub(now) < time.Second {
+		gone := 0
+		for i := 0; i < 4; i++ { // four requests woken at the same instant
+			if u.shortfall(wake, 0) == 0 {
+				gone++
+			}
+		}
+		if gone > 0 {
+			assert.Equal(t, 1, gone, "one unit came back: one goes at %v", wake.Sub(now))
+			return
+		}
+		wake = wake.Add(time.Nanosecond)
+	}
+	t.Fatal("nobody went")
 }
 
 func TestExhaustedReplenishingQuotaWaitsForOneUnitOnceTheRateIsProven(t *testing.T) {

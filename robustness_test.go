@@ -305,26 +305,26 @@ func tolerance(w world) float64 {
 	case "none":
 		return 1.3
 	}
-	// Whole-second resets: the target is 1.5x, and without -race every
-	// such cell meets it (1.00-1.36x). With -race, goroutine orders put
-	// an Anthropic or GitHub-style bucket cell at 1.25-1.54x now and then
-	// (one in a few dozen at 40 req/s): several attempts go at the same
-	// instant near the burst's end, one draws a 429, and that request
-	// waits out its own whole-second Retry-After (a floor for the request
-	// that got it), once or twice, while the rest are done. 1.6x keeps a
-	// margin, and the log shows each cell's figure.
-	return 1.6
+	// Whole-second resets: 1.5x, with or without -race. Under -race,
+	// goroutine orders used to put an Anthropic or GitHub-style bucket
+	// cell at 1.25-1.54x now and then (9 of 240 runs of the 40 req/s
+	// ones with 2 ms answers): a coarse bucket's shortfall, short by float
+	// noise (under a nanosecond) at the instant its waiters were told to
+	// wake, was truncated to no wait, so every request woken then went
+	// uncounted, one drew a 429 and waited out its whole-second
+	// Retry-After. Rounded up now (TestShortfallUnderANanosecondStillWaits),
+	// those cells read 1.01-1.29x in three runs without -race and two
+	// with it (the 1.29x are the buckets of one, in every run).
+	return 1.5
 }
 
-// most429 is how many of the world's requests may see a 429: 5%. With
-// 20 ms answers under the race detector, goroutine orders now and then
-// send a few attempts at once past a bucket's count (31 of 500 seen in a
-// GitHub-style bucket at 100 a second, 21 of 240 with no headers, where
-// runs without -race stay at or under 5%): 10% there.
+// most429 is how many of the world's requests may see a 429: 5%, with or
+// without -race. Under -race with 20 ms answers, a GitHub-style bucket
+// once saw 31 of 500 (up to 16 in four runs of those cells), from the same
+// truncated shortfall as in tolerance; since, at most 1 in two runs of
+// the whole matrix with -race, and the header-less cells at most 19 of
+// 500, 8 of 240 and 3 of 60, as without it.
 func most429(w world) int {
-	if raceEnabled && w.roundTrip() >= 20*time.Millisecond {
-		return w.load.requests() / 10
-	}
 	return w.load.requests() / 20
 }
 
@@ -332,12 +332,7 @@ func most429(w world) int {
 // cell that must. A gap cell that meets every target says so in the log,
 // so the list can shrink. What a gap cell must still do is in the test.
 func gap(w world) string {
-	long := w.roundTrip() >= 20*time.Millisecond
 	switch {
-	case long && w.load.burst == 1 && w.family == "none" && w.retryAfter == retrytest.RetryAfterMillis:
-		return "a header-less bucket of one answering in 20 ms, its 429s naming the wait in milliseconds: the ramp's " +
-			"first step draws one 429 and halts, but the observed pace then probes at 190 ms, under the bucket's 200 ms, " +
-			"and every other attempt is refused until it settles: 5 of 60 requests see a 429 (target 3), 1.16x the ideal"
 	case w.family == "github" && w.load.rate >= lumpMinLimit:
 		return "a fixed window of a second, its resets whole seconds (up to a second late or early when it ends within the second): " +
 			"told from a bucket by its lumps after the first window, its end then learned from the answers (windowEdge: the first " +

@@ -382,6 +382,9 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	}
 	if gotResponse {
 		u.answered(now, throttled)
+		if !throttled {
+			u.servedSent(p.sent, p.at)
+		}
 	} else if p.sent > 0 {
 		u.lost(p.sent)
 	}
@@ -393,7 +396,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if u.rate == 0 && !limits.Known() {
 			u.seedAccepts(now)
 		}
-		u.pacer.throttled(now, limits.Known(), hold, p.fineWait, p.sent)
+		u.pacer.throttled(now, limits.Known(), hold, p.fineWait, p.sent, p.at)
 		if knew > 0 {
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
