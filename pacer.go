@@ -54,7 +54,7 @@ type pacer struct {
 	anchorV  float64
 	tatV     float64       // the theoretical arrival time, in slots
 	quicker  broadcast     // fired when the pace quickens
-	quickOf  time.Duration // the interval when the first of quicker's waiters came
+	quickOf  time.Duration // the slowest interval quicker's waiters came at
 	// holdEnd is when the upstream's last hold ends (or was to end, if a
 	// reading lifted it). A pace that slows before then changes at that
 	// time, not now: a turn booked at the end of the hold waited for a
@@ -266,7 +266,13 @@ func (p *pacer) quickerFor(t turn) <-chan struct{} {
 	if !t.paced {
 		return nil
 	}
-	if !p.quicker.waiting() {
+	if !p.quicker.waiting() || p.interval > p.quickOf {
+		// The slowest pace any waiter timed its wait by: a pace that
+		// slowed since the first came (a waiter that slept out its old
+		// time and came back) must not hide a quickening from it. With
+		// the first's (fast) pace kept, a pace that went from 99 to 33
+		// a second and back to 103 woke nobody, and the queue went on
+		// at 33 a second for half a window.
 		p.quickOf = p.interval
 	}
 	return p.quicker.wait()
@@ -328,6 +334,14 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	refilled := p.proven * now.Sub(l.at).Seconds()
 	if now.Sub(p.clearedAt) > lumpSpread {
 		p.cleared = 0 // cleared, then given up before it was sent
+	}
+	if p.dry > 0 && inFlight+uint64(p.cleared) > 0 {
+		// Found empty by a refusal, it did not refill as the proven
+		// rate said: what it holds is unknown until an answer comes,
+		// so one probe goes at a time (with 20 ms answers, a rate
+		// proven too high by a window's first quota let three go
+		// before the first was refused, all refused).
+		return probePoll
 	}
 	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0) + float64(p.cleared)
 	have := min(float64(l.remaining)+refilled, float64(p.limit)) - spent
@@ -971,6 +985,16 @@ type quotaUse struct {
 func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 	if p.interval <= 0 || !q.HasRemaining {
 		return
+	}
+	if p.lumpy && !p.latest.at.IsZero() && p.coarse {
+		// A window's answers come back counted out of order: this one's
+		// count may leave out attempts sent before it and take in some
+		// sent after, which the count below would take as spent twice
+		// (by up to the window's quota: the last units of a window went
+		// up to 7 ms after it opened, behind a plain loop). The latest
+		// reading has the least count of the window's answers, and
+		// every answer of the window was counted at or before it.
+		q.Remaining, sent = p.latest.remaining, p.latest.sent
 	}
 	unseen := 0.0
 	if sent > 0 { // 0: sent while the upstream was free, unnumbered

@@ -325,3 +325,28 @@ func TestAWaitInMillisecondsAfterASuccessBoundsTheRate(t *testing.T) {
 	assert.InDelta(t, 1/0.18, q.fineBound(180*time.Millisecond, 1, testStart.Add(20*time.Millisecond)), 1e-9,
 		"without a success sent before it, the wait alone")
 }
+
+func TestAPaceThatQuickensWakesWaitersThatCameWhileItWasSlow(t *testing.T) {
+	// One request waits on a pace of 100 a second; the pace slows to 33
+	// and another comes (or the first, back after its old time): the pace
+	// then goes to 103 a second, three times quicker than they timed their
+	// waits by. Before the fix only the first waiter's 100 a second
+	// counted, 103 was not quicker by a tenth, and nobody woke: the queue
+	// went on at 33 a second for half a window.
+	p := &pacer{}
+	now := testStart
+	p.setPace(now, 10*time.Millisecond)
+	p.tatV = p.slotsAt(now) + 50 // fifty wait on the pace
+	first := p.book(now)
+	c1 := p.quickerFor(first)
+	p.setPace(now, 30*time.Millisecond)
+	c2 := p.quickerFor(p.book(now))
+	p.setPace(now, 9700*time.Microsecond)
+	for i, c := range []<-chan struct{}{c1, c2} {
+		select {
+		case <-c:
+		default:
+			t.Errorf("waiter %d not woken by a pace three times quicker than the one it waited on", i+1)
+		}
+	}
+}

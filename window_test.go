@@ -198,3 +198,82 @@ func TestAWindowWithAnEarlyResetIsProbedByOneAttemptNotTheWholeQuota(t *testing.
 	}
 	assert.Equal(t, 1, gone, "one probe at a time while the end is known only roughly")
 }
+
+// lumpyWindow is a pacer that has told a window of 40 a second by its lump:
+// window 0 drained and probed, window 1's first answer at 1.005 s. It
+// returns the time of that answer.
+func lumpyWindow(t *testing.T) (*pacer, time.Time) {
+	t.Helper()
+	p := &pacer{}
+	now := testStart.Add(10 * time.Millisecond)
+	for left := int64(39); left >= 0; left-- {
+		answer(p, now, false, windowReading(40, left, now))
+		now = now.Add(5 * time.Millisecond)
+	}
+	for i := 0; i < 3; i++ {
+		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
+		answer(p, now, true, windowReading(40, 0, now))
+	}
+	now = testStart.Add(time.Second + 5*time.Millisecond)
+	answer(p, now, false, windowReading(40, 39, now))
+	require.True(t, p.lumpy)
+	require.True(t, p.paced())
+	return p, now
+}
+
+func TestAWindowsAnswersCountedOutOfOrderDoNotPushThePaceOut(t *testing.T) {
+	// 32 attempts go at once into a window; the server counts them in
+	// another order than they were sent. The last sent is counted first
+	// (38 remain), the first sent last (7 remain), and its answer comes
+	// after three more went: 4 remain, and the next 4 go at once. Before
+	// the fix each answer's own count was taken with every attempt sent
+	// after it as unseen: the first sent's 7, less the 34 sent after it,
+	// pushed the pace clock 27 slots out, and the window's last units
+	// went up to 7 ms late (behind a plain loop, in the matrix's 40 a
+	// second cells).
+	p, start := lumpyWindow(t)
+	now := start.Add(100 * time.Millisecond) // the pace clock is idle
+	first := p.sent + 1
+	for i := 0; i < 32; i++ {
+		p.book(now)
+		p.sentOne()
+	}
+	last := p.sent
+	got := now.Add(2 * time.Millisecond)
+	see := func(sent uint64, remaining int64) {
+		p.answered(got, false)
+		p.edge.see(now, got, remaining, 40)
+		p.learn(got, windowReading(40, remaining, got), sent)
+	}
+	see(last, 38)
+	for i := 0; i < 3; i++ { // the callers answered send again
+		p.book(got)
+		p.sentOne()
+	}
+	see(first, 7)
+	for i := 0; i < 4; i++ {
+		turn := p.book(got)
+		assert.False(t, turn.at.After(got.Add(time.Millisecond)), "unit %d of the 4 left goes at once, not at %v", i, turn.at.Sub(got))
+	}
+}
+
+func TestAQuotaFoundEmptyIsProbedOneAttemptAtATime(t *testing.T) {
+	// A window of 40 drained in 40 ms proves a fast refill to the bucket
+	// model. Refused once, it did not refill as that rate said: what it
+	// holds is unknown until an answer comes. With an attempt out, no
+	// other goes; before the fix, with 20 ms answers, three went a unit
+	// apart before the first was refused, and all three were.
+	p := &pacer{}
+	now := testStart.Add(10 * time.Millisecond)
+	for left := int64(39); left >= 0; left-- {
+		answer(p, now, false, windowReading(40, left, now))
+		now = now.Add(time.Millisecond)
+	}
+	answer(p, now, true, windowReading(40, 0, now))
+	require.Positive(t, p.dry)
+	require.Positive(t, p.proven)
+	later := now.Add(time.Duration(3 / p.proven * float64(time.Second))) // three units at the proven rate
+	assert.Positive(t, p.shortfall(later, 1), "a probe is out: the next waits for its answer")
+	assert.Zero(t, p.shortfall(later, 0), "with none out, one probe goes")
+	assert.Positive(t, p.shortfall(later, 0), "one, not two")
+}
