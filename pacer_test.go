@@ -327,13 +327,14 @@ func TestAWaitInMillisecondsAfterASuccessBoundsTheRate(t *testing.T) {
 }
 
 func TestAPaceThatQuickensWakesWaitersThatCameWhileItWasSlow(t *testing.T) {
-	// One request waits on a pace of 100 a second; the pace slows to 33
+	// A coarse quota (a window still taken for a bucket). One request
+	// waits on a pace of 100 a second; the pace slows to 33
 	// and another comes (or the first, back after its old time): the pace
 	// then goes to 103 a second, three times quicker than they timed their
 	// waits by. Before the fix only the first waiter's 100 a second
 	// counted, 103 was not quicker by a tenth, and nobody woke: the queue
 	// went on at 33 a second for half a window.
-	p := &pacer{}
+	p := &pacer{coarse: true, mode: paceMeasured}
 	now := testStart
 	p.setPace(now, 10*time.Millisecond)
 	p.tatV = p.slotsAt(now) + 50 // fifty wait on the pace
