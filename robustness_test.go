@@ -335,19 +335,15 @@ func gap(w world) string {
 	switch {
 	case w.family == "github" && w.load.rate >= lumpMinLimit:
 		return "a fixed window of a second, its resets whole seconds (up to a second late or early when it ends within the second): " +
-			"told from a bucket by its lumps after the first window, its end then learned from the answers (windowEdge: the first " +
-			"window ends at most a period after its first answer, one probe just before that bound makes it known), the runs " +
-			"finish level with the plain loop whose retries a second apart land in each window at once (100 a second: 10-20 ms " +
-			"ahead; 40 a second: up to 2 ms behind in about one run in twenty, as the window's quota goes over lumpSpread), with " +
-			"at most 10 of 240 (17 of 500) requests seeing a 429; but now and then (about one run in a hundred " +
-			"of the 100 a second cells, also on the code before) the first windows, paced as a bucket toward a reset read a " +
-			"fraction of a second past their end, are half used before the lumps are seen, and the run ends 1-2 s late; " +
-			"with 20 ms answers, " +
-			"each probe of the end costs a round trip: 1.01-1.19x the ideal, 4-27 of 500 see a 429, up to 460 ms behind the plain loop; " +
-			"and now and then (1 in about 400 runs of these cells, more often with -race) the first window's answers, " +
-			"sent at once behind the probe and counted out of order, leave a pace of about 33 a second that spreads the " +
-			"first window's count over its stated end and holds the next window to it too, until its lumps are seen: " +
-			"1.26-2.2x the ideal, 1-4 s behind the plain loop, in about 9 of 480 runs of these cells (as often on the code before the window edge changes)"
+			"told from a bucket by its lumps after the first window, its end then learned from the answers (windowEdge), the runs " +
+			"finish level with the plain loop whose retries a second apart land in each window at once (100 a second: 8-12 ms " +
+			"ahead, 100-120 ms with 20 ms answers; 40 a second: 4 ms ahead to 1 ms behind, 38 ms ahead with 20 ms answers), with " +
+			"at most 9 of 240 (16 of 500) requests seeing a 429. Misses left: 3 in 2,496 runs of these cells (13 runs of each; 96 in " +
+			"3,840 before the fixes of syncRemaining, shortfall and quickerFor): one 40 a second run ending 1 ms behind the plain " +
+			"loop, and two 100 a second runs at 2 ms (of 624 such) where the first windows, paced as a bucket " +
+			"toward a reset read a fraction of a second past their end, are half used before the lumps are seen, and the run ends " +
+			"1.25x the ideal, 1 s behind the plain loop (also on the code before; with 20 ms answers, seen before at 1.5-2.1x in 4 of " +
+			"960 runs, none in 624 since)"
 	case w.family == "github" && w.load.rate < lumpMinLimit:
 		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, 1.1-1.4x the ideal (the plain loop 1.46-1.55x)"
 	}
