@@ -76,6 +76,7 @@ type pacer struct {
 	use      quotaUse   // how much of a coarse quota the pace leaves unused
 	flat     bool       // a coarse quota drained with no refill (see spotLump)
 	lumpy    bool       // a coarse quota refills in lumps: a fixed window
+	flatFrom reading    // the first of the latest readings in a row that showed no refill (see spotLump)
 	edge     windowEdge // where such a window ends, by its answers
 	// cleared counts attempts windowShortfall let go that are not sent
 	// yet (see sentOne); clearedAt is when it last let one go.
@@ -913,11 +914,23 @@ func (p *pacer) spotLump(now time.Time, q Quota, sent uint64) {
 		p.flat = true
 		p.dryFor = max(p.dryFor, p.dryAt.Sub(p.dryFrom))
 	}
+	n := float64(sent-l.sent) - float64(p.rejected-l.rejected)
+	taken := float64(q.Remaining-l.remaining) + n
+	// Readings in a row, each fallen by what was sent since the one
+	// before: no refill at all over a drain measure's span and count
+	// is flat too. (The drain measure's mark may be an answer to a
+	// burst, counted out of order: a window that its pace then drained
+	// one attempt at a time to its end was not seen flat, nor its lump
+	// at the next window; paced as a bucket for a window or two more,
+	// the burst ended 1.25-1.5x the ideal.)
+	if f := p.flatFrom; taken > 0 || q.Remaining >= q.Limit-1 || f.at.IsZero() {
+		p.flatFrom = reading{at: now, sent: sent}
+	} else if now.Sub(f.at) >= drainSpan && sent-f.sent >= drainCount {
+		p.flat = true
+	}
 	if !p.flat {
 		return
 	}
-	n := float64(sent-l.sent) - float64(p.rejected-l.rejected)
-	taken := float64(q.Remaining-l.remaining) + n
 	span := now.Sub(l.at).Seconds()
 	slowest := max(p.proven, 1) // units a second the drain allowed, at most
 	if d := p.dryFor.Seconds(); d > 0 {

@@ -413,17 +413,19 @@ func TestRobustnessMatrix(t *testing.T) {
 					t.Errorf("with no headers at most 15%% may see a 429 with a long round trip: %d", got.saw429)
 				}
 				window := w.family == "github" && w.load.rate >= lumpMinLimit
-				// At 2 ms the first windows paced as a bucket now and
-				// then cost whole windows (see gap), never some
+				// The first windows paced as a bucket now and then
+				// cost whole windows (see gap), never some
 				// milliseconds at the last one.
 				lostWindows := got.wall >= base.wall+900*time.Millisecond
 				allowed429, lag := most429(w), 5*time.Millisecond
 				if long {
-					// Each probe of the window's end costs a round
-					// trip: measured up to 460 ms behind; the rare
-					// orders that lose whole windows (see gap) are
-					// excused as at 2 ms, within 6x.
-					allowed429, lag = max(allowed429, w.load.requests()*8/100), 900*time.Millisecond
+					// Measured 35-140 ms ahead of the plain loop, but
+					// the rare orders that lose windows (see gap) may
+					// lose part of one: up to 790 ms behind, 1.27x.
+					// At most 10 of 240 and 16 of 500 were seen to
+					// see a 429, -race included (8% allowed before
+					// the window fixes).
+					lag = 900 * time.Millisecond
 				}
 				if window && (got.failed > 0 || got.saw429 > allowed429) {
 					t.Errorf("a fixed window told by its lumps must complete every request and let at most %d see a 429: %s",
