@@ -36,6 +36,16 @@ func windowReading(limit, remaining int64, now time.Time) RateLimits {
 		Reset: now.Truncate(time.Second).Add(time.Second), Coarse: true}}
 }
 
+// drainWindow answers a window of 40 counting down to empty, one attempt
+// every step from now, and returns the time after the last.
+func drainWindow(p *pacer, now time.Time, step time.Duration) time.Time {
+	for left := int64(39); left >= 0; left-- {
+		answer(p, now, false, windowReading(40, left, now))
+		now = now.Add(step)
+	}
+	return now
+}
+
 // answer tells p of one more attempt sent and answered at now, as the
 // upstream does (learnLocked: a coarse reading feeds the window's edge
 // first).
@@ -51,11 +61,9 @@ func answer(p *pacer, now time.Time, refused bool, l RateLimits) {
 func TestAFixedWindowIsToldByItsLumpAndWaitedOutToItsEnd(t *testing.T) {
 	p := &pacer{}
 	now := testStart.Add(10 * time.Millisecond)
-	for left := int64(39); left >= 0; left-- { // a burst empties the window
-		answer(p, now, false, windowReading(40, left, now))
-		now = now.Add(5 * time.Millisecond)
-	}
-	for i := 0; i < 3; i++ { // probes a unit or more apart find it still empty
+	now = drainWindow(p, now, 5*time.Millisecond) // a burst empties the window
+	// Probes a unit or more apart find it still empty.
+	for i := 0; i < 3; i++ {
 		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
 		answer(p, now, true, windowReading(40, 0, now))
 	}
@@ -86,10 +94,7 @@ func TestABucketBehindTheSameHeadersIsNotTakenForAWindow(t *testing.T) {
 	// its count comes back a few units at a time.
 	p := &pacer{}
 	now := testStart.Add(10 * time.Millisecond)
-	for left := int64(39); left >= 0; left-- {
-		answer(p, now, false, windowReading(40, left, now))
-		now = now.Add(time.Millisecond)
-	}
+	now = drainWindow(p, now, time.Millisecond)
 	answer(p, now, true, windowReading(40, 0, now))
 	for i := 0; i < 30; i++ {
 		now = now.Add(20 * time.Millisecond) // two units refilled, one taken
@@ -125,10 +130,7 @@ func TestAWindowsLastUnitIsLetGoOnceBeforeItIsSent(t *testing.T) {
 	// must not both take the window's last unit.
 	p := &pacer{}
 	now := testStart.Add(10 * time.Millisecond)
-	for left := int64(39); left >= 0; left-- {
-		answer(p, now, false, windowReading(40, left, now))
-		now = now.Add(5 * time.Millisecond)
-	}
+	now = drainWindow(p, now, 5*time.Millisecond)
 	for i := 0; i < 3; i++ {
 		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
 		answer(p, now, true, windowReading(40, 0, now))

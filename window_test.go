@@ -206,10 +206,7 @@ func lumpyWindow(t *testing.T) (*pacer, time.Time) {
 	t.Helper()
 	p := &pacer{}
 	now := testStart.Add(10 * time.Millisecond)
-	for left := int64(39); left >= 0; left-- {
-		answer(p, now, false, windowReading(40, left, now))
-		now = now.Add(5 * time.Millisecond)
-	}
+	now = drainWindow(p, now, 5*time.Millisecond)
 	for i := 0; i < 3; i++ {
 		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
 		answer(p, now, true, windowReading(40, 0, now))
@@ -265,10 +262,7 @@ func TestAQuotaFoundEmptyIsProbedOneAttemptAtATime(t *testing.T) {
 	// apart before the first was refused, and all three were.
 	p := &pacer{}
 	now := testStart.Add(10 * time.Millisecond)
-	for left := int64(39); left >= 0; left-- {
-		answer(p, now, false, windowReading(40, left, now))
-		now = now.Add(time.Millisecond)
-	}
+	now = drainWindow(p, now, time.Millisecond)
 	answer(p, now, true, windowReading(40, 0, now))
 	require.Positive(t, p.dry)
 	require.Positive(t, p.proven)

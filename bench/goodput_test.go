@@ -186,13 +186,7 @@ func runGoodput(b *testing.B, family retrytest.Family, wrap func(http.RoundTripp
 func goodputRequest(ctx context.Context, client *http.Client, url string, id int) string {
 	ctx, cancel := context.WithTimeout(ctx, goodputReqTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(chatBody))
-	if err != nil {
-		panic(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(requestIDHeader, strconv.Itoa(id))
-	resp, err := client.Do(req)
+	resp, err := client.Do(jsonPost(ctx, url, chatBody, id))
 	if err != nil {
 		// failsafe-go returns its last response inside ExceededError rather
 		// than to the caller; close it, as a careful caller would, so its
@@ -214,6 +208,19 @@ func goodputRequest(ctx context.Context, client *http.Client, url string, id int
 		return "reading body: " + rerr.Error()
 	}
 	return ""
+}
+
+// jsonPost builds logical request id: a JSON POST of body to url, its
+// number in requestIDHeader, which every contender copies onto each
+// attempt.
+func jsonPost(ctx context.Context, url string, body []byte, id int) *http.Request {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(requestIDHeader, strconv.Itoa(id))
+	return req
 }
 
 // errorReason shortens an error to a stable label: the URL (with its random

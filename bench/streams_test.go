@@ -51,13 +51,7 @@ func streamProvider() retrytest.Config {
 func streamOutcome(ctx context.Context, client *http.Client, url string, id int) string {
 	ctx, cancel := context.WithTimeout(ctx, streamReqTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(streamBody))
-	if err != nil {
-		panic(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(requestIDHeader, strconv.Itoa(id))
-	resp, err := client.Do(req)
+	resp, err := client.Do(jsonPost(ctx, url, streamBody, id))
 	if err != nil {
 		return errorReason(err)
 	}
