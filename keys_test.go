@@ -216,15 +216,15 @@ func FuzzModelOf(f *testing.F) {
 		if !json.Valid(body) || bytes.Count(body, []byte(`"model"`)) > 1 || bytes.ContainsRune(body, '\\') {
 			return
 		}
-		var doc struct {
-			Model *string `json:"model"`
-		}
 		var top map[string]json.RawMessage
 		if json.Unmarshal(body, &top) != nil {
 			return
 		}
-		_, has := top["model"]
-		if json.Unmarshal(body, &doc) != nil || doc.Model == nil {
+		// The key exactly: the APIs read "model", where encoding/json would
+		// also take "Model" for a struct field.
+		raw, has := top["model"]
+		var doc struct{ Model *string }
+		if !has || json.Unmarshal(raw, &doc.Model) != nil || doc.Model == nil {
 			if len(got) != 0 && has {
 				var s string
 				if json.Unmarshal([]byte(got[0][2:]), &s) == nil {
