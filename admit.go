@@ -441,6 +441,7 @@ func (c *call) observe(a *admission, o *outcome) {
 	}
 	c.report(a, o)
 	if !o.throttled && !o.stated && !a.pass.probe && u.free.Load() {
+		a.pass.answeredFree() // nothing to learn
 		return
 	}
 	var hold time.Duration

@@ -162,6 +162,7 @@ func (c *call) quiet(a *admission, resp *http.Response, scan *headerScan) bool {
 		return false
 	}
 	c.served(u, a)
+	a.pass.answeredFree()
 	return true
 }
 

@@ -82,11 +82,14 @@ type pacer struct {
 	// yet (see sentOne); clearedAt is when it last let one go.
 	cleared   int
 	clearedAt time.Time
-	dry       int           // refusals in a row that found it empty (see countDry)
-	dryAt     time.Time     // the last of them
-	dryFrom   time.Time     // the first of them
-	dryFor    time.Duration // the longest it was seen to stay dry
-	refused   bool          // the last answer was a 429
+	// dryPollFrom is when shortfall began to hold a quota found empty to
+	// one probe at a time, waiting for an answer (see dryPollTooLong).
+	dryPollFrom time.Time
+	dry         int           // refusals in a row that found it empty (see countDry)
+	dryAt       time.Time     // the last of them
+	dryFrom     time.Time     // the first of them
+	dryFor      time.Duration // the longest it was seen to stay dry
+	refused     bool          // the last answer was a 429
 	// earlyResets is set once a whole-second reset is seen to come before
 	// the bucket is full, or a measured pace draws a 429: the server cuts
 	// its resets down (or to the nearest second), so they may be early.
@@ -340,7 +343,7 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	if now.Sub(p.clearedAt) > lumpSpread {
 		p.cleared = 0 // cleared, then given up before it was sent
 	}
-	if p.dry > 0 && inFlight+uint64(p.cleared) > 0 {
+	if p.dry > 0 && inFlight+uint64(p.cleared) > 0 && !p.dryPollTooLong(now) {
 		// Found empty by a refusal, it did not refill as the proven
 		// rate said: what it holds is unknown until an answer comes,
 		// so one probe goes at a time (with 20 ms answers, a rate
@@ -348,6 +351,7 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 		// before the first was refused, all refused).
 		return probePoll
 	}
+	p.dryPollFrom = time.Time{}
 	spent := max(float64(p.sent-l.sent)-float64(p.rejected-l.rejected), 0) + float64(p.cleared)
 	have := min(float64(l.remaining)+refilled, float64(p.limit)) - spent
 	short := float64(headroom+1) - have
@@ -373,7 +377,22 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	if p.bound > 0 {
 		d = min(d, float64(p.bound))
 	}
-	return time.Duration(d)
+	return time.Duration(min(d, float64(maxShortfall))) // converted, a larger float overflows
+}
+
+// maxShortfall caps a shortfall with no bound to bring it down (a bound of
+// 0), so that the conversion to a Duration cannot overflow.
+const maxShortfall = 24 * time.Hour
+
+// dryPollTooLong reports whether the wait for an answer to the one probe
+// of a quota found empty has lasted the bound: an attempt counted as out
+// that never went, or an answer never told, would otherwise keep the
+// upstream polling with nothing in flight for good (bounded trust).
+func (p *pacer) dryPollTooLong(now time.Time) bool {
+	if p.dryPollFrom.IsZero() {
+		p.dryPollFrom = now
+	}
+	return now.Sub(p.dryPollFrom) >= max(p.bound, time.Second)
 }
 
 // spacing is shortfall in the observed mode: an attempt goes no sooner than
@@ -486,6 +505,7 @@ func (p *pacer) paceOf(rate float64) time.Duration {
 // feeds the observed rate.
 func (p *pacer) answered(now time.Time, throttled bool) {
 	p.refused = throttled
+	p.dryPollFrom = time.Time{}
 	if throttled {
 		p.rejected++
 		p.lastNoes = now
@@ -525,6 +545,14 @@ func (p *pacer) servedSent(sent uint64, at time.Time) {
 func (p *pacer) fineBound(hint time.Duration, sent uint64, at time.Time) float64 {
 	bound := 1 / hint.Seconds()
 	if sent == 0 || at.IsZero() || p.okAt.IsZero() || sent <= p.okSent || at.Before(p.okAt) {
+		return bound
+	}
+	if between := min(sent-p.okSent, 1000); at.Sub(p.okAt) > time.Duration(between)*hint {
+		// Only a refusal close behind the success, or behind attempts
+		// that kept the bucket drained since, bounds the rate: over a
+		// longer span it may have refilled beyond what they took (a
+		// slow answer, an idle spell), and units it held then would
+		// make the bound far too low, for good.
 		return bound
 	}
 	span := at.Sub(p.okAt) + hint

@@ -343,11 +343,36 @@ func (u *upstream) openLocked(now time.Time, answered bool) {
 // get their turns now, as when the probe takes too long, instead of waiting
 // for an answer that will never come.
 func (p pass) abandon(now time.Time) {
-	if !p.probe || p.u == nil {
+	if p.u == nil || !p.probe && p.sent == 0 {
 		return
 	}
 	p.u.mu.Lock()
-	p.u.openLocked(now, false)
+	defer p.u.mu.Unlock()
+	if p.sent > 0 {
+		// Counted as sent when its turn came, it never went: it is no
+		// longer out (the pacer's one-probe rule and its shortfall
+		// read what is out), and the server never saw it.
+		p.u.replies++
+		p.u.lost(p.sent)
+	}
+	if p.probe {
+		p.u.openLocked(now, false)
+	}
+}
+
+// answeredFree counts the answer to an attempt that the upstream's
+// schedule let go (and counted as out) but that came back when the
+// upstream was free, with nothing to learn: it is out no longer. The
+// pacer's one-probe rule for a quota found empty reads what is out, and an
+// attempt never counted back would hold it there. A free pass that was
+// never counted (the quick path) costs nothing.
+func (p pass) answeredFree() {
+	if p.sent == 0 || p.u == nil {
+		return
+	}
+	p.u.mu.Lock()
+	p.u.replies++
+	p.u.start.ramp.answered(p.u.replies, p.u.sent)
 	p.u.mu.Unlock()
 }
 
