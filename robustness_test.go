@@ -345,6 +345,12 @@ func gap(w world) string {
 			"the second, rounded up, at 2 ms: 24 of 1,000 runs, 18 on main before these fixes, 24 on the code before the " +
 			"window fixes). On that code (c8056c6), 96 of 3,840 missed: 44 up to 3 ms behind, 47 with 13 of 240 or up to 33 " +
 			"of 500 seeing a 429 at 20 ms, and 5 losing windows (1.25-2.04x, 1-3.9 s behind)"
+	case w.family == "none" && w.load.burst == 1 && w.retryAfter != retrytest.RetryAfterMillis:
+		return "a header-less bucket of one whose 429s name whole seconds, or no wait: 3 of 60 requests see a 429 in every run " +
+			"without -race, at the 5% limit (two in slow start's first step, one where the observed pace's first climb " +
+			"overshoots; a wait in milliseconds caps that climb: 2 of 60), 1.22-1.30x the ideal; under -race, goroutines woken " +
+			"at one instant in other orders now and then let 5 or 6 see one (1 in 240 runs of the date style with 20 ms " +
+			"answers, and once in a CI run)"
 	case w.family == "github" && w.load.rate < lumpMinLimit:
 		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, 1.1-1.4x the ideal (the plain loop 1.46-1.55x)"
 	}
@@ -410,8 +416,8 @@ func TestRobustnessMatrix(t *testing.T) {
 				// Held to the targets, with margins for goroutine
 				// orders (measured: at most 5% see a 429, at most
 				// 45 ms behind the plain loop, -race included).
-				if w.family == "none" && long && got.saw429 > w.load.requests()*15/100 {
-					t.Errorf("with no headers at most 15%% may see a 429 with a long round trip: %d", got.saw429)
+				if w.family == "none" && got.saw429 > w.load.requests()*15/100 {
+					t.Errorf("with no headers at most 15%% may see a 429: %d", got.saw429)
 				}
 				window := w.family == "github" && w.load.rate >= lumpMinLimit
 				// The first windows paced as a bucket now and then
