@@ -441,7 +441,9 @@ func (c *call) observe(a *admission, o *outcome) {
 	}
 	c.report(a, o)
 	if !o.throttled && !o.stated && !a.pass.probe && u.free.Load() {
-		a.pass.answeredFree() // nothing to learn
+		if a.pass.sent > 0 { // nothing to learn, but it is out no longer
+			a.pass.answeredFree()
+		}
 		return
 	}
 	var hold time.Duration

@@ -162,7 +162,9 @@ func (c *call) quiet(a *admission, resp *http.Response, scan *headerScan) bool {
 		return false
 	}
 	c.served(u, a)
-	a.pass.answeredFree()
+	if a.pass.sent > 0 { // let go by the schedule: counted back (most were not)
+		a.pass.answeredFree()
+	}
 	return true
 }
 
