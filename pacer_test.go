@@ -46,6 +46,18 @@ func drainWindow(p *pacer, now time.Time, step time.Duration) time.Time {
 	return now
 }
 
+// dryWindow drains a window of 40 in a burst (an attempt every 5 ms from
+// now), then three probes a unit or more apart find it still empty; it
+// returns the time of the last.
+func dryWindow(p *pacer, now time.Time) time.Time {
+	now = drainWindow(p, now, 5*time.Millisecond)
+	for i := 0; i < 3; i++ {
+		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
+		answer(p, now, true, windowReading(40, 0, now))
+	}
+	return now
+}
+
 // answer tells p of one more attempt sent and answered at now, as the
 // upstream does (learnLocked: a coarse reading feeds the window's edge
 // first).
@@ -61,12 +73,7 @@ func answer(p *pacer, now time.Time, refused bool, l RateLimits) {
 func TestAFixedWindowIsToldByItsLumpAndWaitedOutToItsEnd(t *testing.T) {
 	p := &pacer{}
 	now := testStart.Add(10 * time.Millisecond)
-	now = drainWindow(p, now, 5*time.Millisecond) // a burst empties the window
-	// Probes a unit or more apart find it still empty.
-	for i := 0; i < 3; i++ {
-		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
-		answer(p, now, true, windowReading(40, 0, now))
-	}
+	now = dryWindow(p, now)
 	require.False(t, p.lumpy, "no lump seen yet")
 	held := p.unitAfter()
 	assert.Greater(t, held, 10*time.Millisecond, "each refusal in a row doubles the wait for a unit")
@@ -130,11 +137,7 @@ func TestAWindowsLastUnitIsLetGoOnceBeforeItIsSent(t *testing.T) {
 	// must not both take the window's last unit.
 	p := &pacer{}
 	now := testStart.Add(10 * time.Millisecond)
-	now = drainWindow(p, now, 5*time.Millisecond)
-	for i := 0; i < 3; i++ {
-		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
-		answer(p, now, true, windowReading(40, 0, now))
-	}
+	now = dryWindow(p, now)
 	now = testStart.Add(time.Second + 5*time.Millisecond)
 	for left := int64(39); left >= 1; left-- { // the new window, all but one used
 		answer(p, now, false, windowReading(40, left, now))

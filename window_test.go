@@ -8,11 +8,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// ms is the time n milliseconds after testStart.
+func ms(n int) time.Time { return testStart.Add(time.Duration(n) * time.Millisecond) }
+
+// opensWindow tells e that its probe at at was answered by a new window
+// (39 of 40 left), whose quota the next answer, 2 ms later, finds used.
+func opensWindow(e *windowEdge, at time.Time) {
+	e.probeAt = at
+	e.see(at, at.Add(2*time.Millisecond), 39, 40)
+	e.see(at.Add(2*time.Millisecond), at.Add(4*time.Millisecond), 0, 40)
+}
+
 // A fixed window of 40 a second whose windows end 781 ms into each second
 // (0.781 s, 1.781 s, ...):
 // its resets, in whole seconds, say nothing finer. The answers do.
 func TestWindowEdgeIsLearnedFromAnswersAndBisected(t *testing.T) {
-	ms := func(n int) time.Time { return testStart.Add(time.Duration(n) * time.Millisecond) }
 	var e windowEdge
 	// The first window: its quota, then probes refused as it stays shut.
 	e.see(ms(0), ms(2), 39, 40)
@@ -37,9 +47,7 @@ func TestWindowEdgeIsLearnedFromAnswersAndBisected(t *testing.T) {
 	assert.Equal(t, ms(1994), at)
 	// It is answered by the new window: the end lies well before the late
 	// bound. (windowShortfall marks the probe out as it lets it go.)
-	e.probeAt = at
-	e.see(at, at.Add(2*time.Millisecond), 39, 40)
-	e.see(ms(1996), ms(1998), 0, 40)
+	opensWindow(&e, at)
 	lo, hi, _ = e.end()
 	assert.Equal(t, ms(2700), lo)
 	assert.Equal(t, ms(2996), hi, "the new window's first answer, a period on")
@@ -60,9 +68,7 @@ func TestWindowEdgeIsLearnedFromAnswersAndBisected(t *testing.T) {
 	// before.
 	at, _, _ = e.next(time.Time{})
 	assert.Equal(t, ms(2873), at)
-	e.probeAt = at
-	e.see(at, at.Add(2*time.Millisecond), 39, 40)
-	e.see(ms(2875), ms(2877), 0, 40)
+	opensWindow(&e, at)
 	lo, hi, _ = e.end()
 	assert.Equal(t, ms(3750), lo)
 	assert.Equal(t, ms(3875), hi)
@@ -74,12 +80,11 @@ func TestWindowEdgeIsLearnedFromAnswersAndBisected(t *testing.T) {
 		if fine {
 			break
 		}
-		e.probeAt = at
 		if at.Before(curEnd) {
+			e.probeAt = at
 			e.see(at, at.Add(2*time.Millisecond), 0, 40)
 		} else { // the new window, and its quota used at once
-			e.see(at, at.Add(2*time.Millisecond), 39, 40)
-			e.see(at.Add(2*time.Millisecond), at.Add(4*time.Millisecond), 0, 40)
+			opensWindow(&e, at)
 			curEnd = curEnd.Add(time.Second)
 		}
 	}
@@ -98,7 +103,6 @@ func TestWindowEdgeIsLearnedFromAnswersAndBisected(t *testing.T) {
 // a burst's last window went up to 30-45 ms after it opened, behind the
 // plain loop.
 func TestWindowEdgeOfAWindowOpenedByTheBurstIsKnownAfterOneProbe(t *testing.T) {
-	ms := func(n int) time.Time { return testStart.Add(time.Duration(n) * time.Millisecond) }
 	var e windowEdge
 	// Windows from 0.219 s, 40 each: the first opened by the burst.
 	e.see(ms(219), ms(221), 39, 40)
@@ -127,7 +131,6 @@ func TestWindowEdgeOfAWindowOpenedByTheBurstIsKnownAfterOneProbe(t *testing.T) {
 func TestWindowEdgeTakesNoCountFromEarlierInTheWindowForANewWindow(t *testing.T) {
 	// Attempts sent at once reach the server in any order: an answer it
 	// counted early (count higher) may come after one it counted late.
-	ms := func(n int) time.Time { return testStart.Add(time.Duration(n) * time.Millisecond) }
 	var e windowEdge
 	e.see(ms(0), ms(2), 39, 40)
 	e.see(ms(5), ms(7), 0, 40)
@@ -143,7 +146,6 @@ func TestWindowEdgeTakesNoCountFromEarlierInTheWindowForANewWindow(t *testing.T)
 func TestWindowEdgePeriodJustUnderAWholeSecondIsThatSecond(t *testing.T) {
 	// The first window's first answer came 2 ms into it; the next one's
 	// was sent just before the boundary and came at once.
-	ms := func(n int) time.Time { return testStart.Add(time.Duration(n) * time.Millisecond) }
 	var e windowEdge
 	e.see(ms(0), ms(2), 99, 100)
 	e.see(ms(600), ms(602), 0, 100)
@@ -158,7 +160,6 @@ func TestAWindowWithAnEarlyResetIsProbedByOneAttemptNotTheWholeQuota(t *testing.
 	// the stated reset, one probe goes and the rest wait for its answer;
 	// before the fix the whole quota went at the stated reset, into the
 	// window still shut, and drew a 429 each.
-	ms := func(n int) time.Time { return testStart.Add(time.Duration(n) * time.Millisecond) }
 	reading := func(remaining int64, reset time.Time) RateLimits {
 		return RateLimits{Requests: Quota{Limit: 40, Remaining: remaining, HasLimit: true, HasRemaining: true, Reset: reset, Coarse: true}}
 	}
@@ -206,11 +207,7 @@ func lumpyWindow(t *testing.T) (*pacer, time.Time) {
 	t.Helper()
 	p := &pacer{}
 	now := testStart.Add(10 * time.Millisecond)
-	now = drainWindow(p, now, 5*time.Millisecond)
-	for i := 0; i < 3; i++ {
-		now = now.Add(max(p.unitAfter(), 10*time.Millisecond))
-		answer(p, now, true, windowReading(40, 0, now))
-	}
+	now = dryWindow(p, now)
 	now = testStart.Add(time.Second + 5*time.Millisecond)
 	answer(p, now, false, windowReading(40, 39, now))
 	require.True(t, p.lumpy)
