@@ -102,7 +102,7 @@ func runCapWorld(t *testing.T, w capWorld, newRT func(base http.RoundTripper) ht
 		})
 		client := &http.Client{Transport: newRT(base)}
 		start := time.Now()
-		out.failed, out.errs = sendBurst(client, w.callers, w.each)
+		out.failed, out.errs = sendBurst(client, w.callers, w.each, 0)
 		out.wall = time.Since(start)
 		st := srv.Stats()
 		out.attempts, out.refused, out.peak = st.Attempts, st.Statuses[http.StatusServiceUnavailable], st.PeakInService

@@ -442,7 +442,7 @@ func (c *call) observe(a *admission, o *outcome) {
 	c.report(a, o)
 	if !o.throttled && !o.stated && !a.pass.probe && u.free.Load() {
 		if a.pass.sent > 0 { // nothing to learn, but it is out no longer
-			a.pass.answeredFree()
+			a.pass.answeredFree(c.t.cfg.clock.Now())
 		}
 		return
 	}

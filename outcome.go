@@ -163,7 +163,7 @@ func (c *call) quiet(a *admission, resp *http.Response, scan *headerScan) bool {
 	}
 	c.served(u, a)
 	if a.pass.sent > 0 { // let go by the schedule: counted back (most were not)
-		a.pass.answeredFree()
+		a.pass.answeredFree(c.t.cfg.clock.Now())
 	}
 	return true
 }

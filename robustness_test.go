@@ -56,6 +56,9 @@ type world struct {
 	phase time.Duration
 	// rtt is the time the provider takes to answer; zero means simRTT.
 	rtt time.Duration
+	// think is how long a caller takes over an answer before it sends
+	// its next request (not a dimension of the matrix: its tests set it).
+	think time.Duration
 }
 
 // roundTrip is the time the world's provider takes to answer.
@@ -145,7 +148,7 @@ func runWorld(t *testing.T, w world, newRT func(base http.RoundTripper) http.Rou
 		})
 		client := &http.Client{Transport: newRT(base)}
 		start := time.Now()
-		out.failed, out.errs = sendBurst(client, w.load.callers, w.load.each)
+		out.failed, out.errs = sendBurst(client, w.load.callers, w.load.each, w.think)
 		out.wall = time.Since(start)
 		client.CloseIdleConnections()
 		st := srv.Stats()
@@ -162,10 +165,10 @@ func runWorld(t *testing.T, w world, newRT func(base http.RoundTripper) http.Rou
 	return out
 }
 
-// sendBurst has callers goroutines send each requests back to back through
-// client and waits for them all; it returns how many failed and the first
-// few failures.
-func sendBurst(client *http.Client, callers, each int) (failed int, errs []string) {
+// sendBurst has callers goroutines send each requests through client, a
+// caller's next think after its answer, and waits for them all; it returns
+// how many failed and the first few failures.
+func sendBurst(client *http.Client, callers, each int, think time.Duration) (failed int, errs []string) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for c := 0; c < callers; c++ {
@@ -173,6 +176,9 @@ func sendBurst(client *http.Client, callers, each int) (failed int, errs []strin
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
+				if i > 0 && think > 0 {
+					time.Sleep(think)
+				}
 				if err := sendSim(client, fmt.Sprintf("%d-%d", c, i)); err != nil {
 					mu.Lock()
 					failed++
@@ -319,11 +325,12 @@ func tolerance(w world) float64 {
 }
 
 // most429 is how many of the world's requests may see a 429: 5%, with or
-// without -race. Under -race with 20 ms answers, a GitHub-style bucket
-// once saw 31 of 500 (up to 16 in four runs of those cells), from the same
-// truncated shortfall as in tolerance; since, at most 1 in two runs of
-// the whole matrix with -race, and the header-less cells at most 19 of
-// 500, 8 of 240 and 3 of 60, as without it.
+// without -race. The most seen in three runs of the matrix with -race:
+// header-less cells 8 of 240, 22 of 500 (the 20 ms cells sit at 14-19
+// without -race too) and 6 of 60 (a listed gap, see gap). A header-less
+// bucket of 4 once saw 15-19 of 240 in 5 of 150 runs with -race: a ramp
+// step let go before the 429s sent with the step before it were read
+// (TestLongRoundTripRampWaitsForEveryAnswerOfAStep).
 func most429(w world) int {
 	return w.load.requests() / 20
 }

@@ -120,56 +120,56 @@ func TestSlowStartRampAfterTheProbe(t *testing.T) {
 func TestSlowStartRampGoesOnAnswers(t *testing.T) {
 	var r ramp
 	now := testStart
-	r.begin([]int{3, 12, 20}, 1, now.Add(90*time.Millisecond)) // the probe was sent
+	r.begin(now, []int{3, 12, 20}, 1, 0, now.Add(90*time.Millisecond)) // the probe was sent
 	assert.True(t, r.due(0), "step 0 goes at once")
 	assert.False(t, r.due(1))
 	assert.True(t, r.active(now))
 	woken := r.stepped.wait()
 
-	r.answered(2, 4) // the probe and one of step 0: 2 answers of the 4 sent
-	r.answered(3, 5) // another, and one more was sent meanwhile
+	r.answered(now, 2, 4) // the probe and one of step 0: 2 answers of the 4 sent
+	r.answered(now, 3, 5) // another, and one more was sent meanwhile
 	assert.False(t, r.due(1), "step 0 is still out")
 	assert.False(t, closed(woken))
-	r.answered(4, 5)
+	r.answered(now, 4, 5)
 	assert.True(t, r.due(1), "everything sent before step 1 has answered")
 	assert.True(t, closed(woken), "its requests are woken")
 	assert.False(t, r.due(2))
 
 	// Step 2 waits for the 5 sent before step 1 went and step 1's 12.
-	r.answered(16, 19)
+	r.answered(now, 16, 19)
 	assert.False(t, r.due(2))
-	r.answered(17, 19)
+	r.answered(now, 17, 19)
 	assert.True(t, r.due(2))
 	assert.False(t, r.active(now), "the last step has gone")
 
 	// The requests of a step that leave after others were sent raise
 	// what the next step waits for: its answer, and those before it.
-	r.begin([]int{3, 12, 48}, 1, now.Add(90*time.Millisecond))
+	r.begin(now, []int{3, 12, 48}, 1, 0, now.Add(90*time.Millisecond))
 	assert.Equal(t, uint64(4), r.stepAt)
-	r.leaving(0, 2)
-	r.leaving(0, 3)
-	r.leaving(0, 6) // two callers sent their next request before it
-	r.answered(4, 6)
+	r.leaving(now, 0, 2)
+	r.leaving(now, 0, 3)
+	r.leaving(now, 0, 6) // two callers sent their next request before it
+	r.answered(now, 4, 6)
 	assert.False(t, r.due(1), "the last of step 0 has not answered")
-	r.answered(6, 6)
+	r.answered(now, 6, 6)
 	assert.True(t, r.due(1))
-	r.leaving(2, 30) // step 2 went at its time, before the answers let it
+	r.leaving(now, 2, 30) // step 2 went at its time, before the answers let it
 	assert.True(t, r.due(2))
 	assert.False(t, r.active(now), "nothing left to go on answers")
 
 	// A 429 halts the ramp: the steps left keep their times.
-	r.begin([]int{3, 12, 48}, 1, now.Add(90*time.Millisecond))
+	r.begin(now, []int{3, 12, 48}, 1, 0, now.Add(90*time.Millisecond))
 	r.halt()
-	r.answered(100, 100)
+	r.answered(now, 100, 100)
 	assert.False(t, r.due(1))
 	assert.False(t, r.active(now))
 
-	r.begin(nil, 19, now.Add(time.Second))
+	r.begin(now, nil, 19, 0, now.Add(time.Second))
 	assert.False(t, r.active(now), "a fast probe's ramp goes on its times only")
 	assert.True(t, r.due(0))
 	assert.False(t, r.due(1))
 
-	r.begin([]int{3, 12}, 1, now.Add(30*time.Millisecond))
+	r.begin(now, []int{3, 12}, 1, 0, now.Add(30*time.Millisecond))
 	assert.True(t, r.active(now))
 	assert.False(t, r.active(now.Add(30*time.Millisecond)), "over once its last step's time has come, answered or not")
 }
@@ -270,4 +270,48 @@ func TestSlowStartRampAfterAFastProbeKeepsItsTimes(t *testing.T) {
 	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond)
 	up.answer(t, 2)
 	wait()
+}
+
+// An attempt sent outside the ramp as a step leaves (a caller whose answer
+// let the step go sends its next request) is answered with that step: the
+// next step waits for its answer too, so a 429 to it halts the ramp first.
+// One sent later, past together, does not hold the ramp up.
+func TestSlowStartRampWaitsForAttemptsSentWithAStep(t *testing.T) {
+	var r ramp
+	now := testStart
+	together := 10 * time.Millisecond
+	r.begin(now, []int{1, 2, 12, 48}, 1, together, now.Add(120*time.Millisecond)) // the probe was sent
+	r.leaving(now, 0, 2)
+	r.sending(now, 2)
+	r.sending(now, 3) // a caller's next request, sent as step 0 left
+
+	at := now.Add(20 * time.Millisecond)
+	r.answered(at, 2, 3) // the probe and step 0's one: 200s
+	assert.False(t, r.due(1), "the attempt sent with step 0 has not answered")
+	r.answered(at, 3, 3)
+	assert.True(t, r.due(1))
+
+	// Step 1 leaves with two callers' next requests: the next step
+	// waits for all four answers, and the 429s among them halt it.
+	r.leaving(at, 1, 4)
+	r.sending(at, 4)
+	r.leaving(at, 1, 5)
+	r.sending(at, 5)
+	r.sending(at, 6)
+	r.sending(at, 7)
+	at = at.Add(20 * time.Millisecond)
+	r.answered(at, 4, 7)
+	r.answered(at, 5, 7) // two 200s: step 1's own
+	assert.False(t, r.due(2), "two answers sent with step 1 are still out")
+	r.halt() // a 429 to one of them
+	r.answered(at, 7, 7)
+	assert.False(t, r.due(2), "halted: the steps left keep their times")
+
+	// An attempt sent well after its step left is not waited for.
+	r.begin(now, []int{1, 2, 12, 48}, 1, together, now.Add(120*time.Millisecond))
+	r.leaving(now, 0, 2)
+	r.sending(now, 2)
+	r.sending(now.Add(together), 3)
+	r.answered(now.Add(20*time.Millisecond), 2, 3)
+	assert.True(t, r.due(1), "the late attempt is not step 0's")
 }

@@ -171,6 +171,7 @@ func (u *upstream) dispatch(p *pass) {
 	u.mu.Lock()
 	u.sentOne()
 	p.sent = u.sent
+	u.start.ramp.sending(p.at, u.sent)
 	u.mu.Unlock()
 }
 
@@ -253,7 +254,7 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		return now.Add(short), nil, false
 	}
 	if step > 0 {
-		u.start.ramp.leaving(step-1, u.sent+1) // it is the next sent
+		u.start.ramp.leaving(now, step-1, u.sent+1) // it is the next sent
 	}
 	return time.Time{}, nil, false
 }
@@ -335,7 +336,7 @@ func (u *upstream) openLocked(now time.Time, answered bool) {
 	if !clocked {
 		sizes = nil
 	}
-	u.start.ramp.begin(sizes, u.sent, now.Add(step*time.Duration(len(sizes))))
+	u.start.ramp.begin(now, sizes, u.sent, step/3, now.Add(step*time.Duration(len(sizes))))
 }
 
 // abandon ends slow start when the probe will not be sent after all (its
@@ -366,13 +367,13 @@ func (p pass) abandon(now time.Time) {
 // pacer's one-probe rule for a quota found empty reads what is out, and an
 // attempt never counted back would hold it there. A free pass that was
 // never counted (the quick path) costs nothing.
-func (p pass) answeredFree() {
+func (p pass) answeredFree(now time.Time) {
 	if p.sent == 0 || p.u == nil {
 		return
 	}
 	p.u.mu.Lock()
 	p.u.replies++
-	p.u.start.ramp.answered(p.u.replies, p.u.sent)
+	p.u.start.ramp.answered(now, p.u.replies, p.u.sent)
 	p.u.mu.Unlock()
 }
 
@@ -402,7 +403,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if throttled {
 			u.start.ramp.halt()
 		} else {
-			u.start.ramp.answered(u.replies, u.sent)
+			u.start.ramp.answered(now, u.replies, u.sent)
 		}
 	}
 	if gotResponse {
