@@ -1046,9 +1046,10 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 		unseen = float64(p.sent-sent) - float64(p.lostAfter(sent))
 	}
 	spare := int64(headroom)
-	if tooSmallForHeadroom(q) || p.lumpy {
+	if tooSmallForHeadroom(q) || p.lumpy || endsWithin(now, q, p.interval) {
 		// A window's count is exact and nothing refills it before
-		// its end: every unit may go, none beyond.
+		// its end: every unit may go, none beyond. A unit kept back
+		// as its reset comes is lost, if it is a window's.
 		spare = 0
 	}
 	available := float64(q.Remaining-spare) - unseen
@@ -1061,6 +1062,18 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 		return
 	}
 	p.tatV = max(p.tatV, target)
+}
+
+// endsWithin reports that q's reset, in whole seconds, comes within d of
+// now: the headroom kept back is of no use by then. Behind such a reset a
+// fixed window cannot be told from a bucket until its lumps show, and a
+// window's unit left over is lost at its end (a window of 100 left one
+// over in its first second, and a burst of five windows' quota ended a
+// window late); a bucket is full again. A fine reset is a bucket's time
+// to full, no end of anything: its headroom stays.
+func endsWithin(now time.Time, q Quota, d time.Duration) bool {
+	left := q.Reset.Sub(now)
+	return q.Coarse && !q.Reset.IsZero() && left > 0 && left < d
 }
 
 // tooSmallForHeadroom reports a quota of one or two: keeping a unit back

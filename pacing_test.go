@@ -716,3 +716,46 @@ func TestAPolicysFirstEmptyReadingHoldsOneUnitNotTheWholeReset(t *testing.T) {
 	pass{u: u, sent: 1}.observe(now, l, 0, false, true)
 	assert.Equal(t, now.Add(200*time.Millisecond), u.hold.end, "held one unit at the policy's rate")
 }
+
+// A coarse quota's unit kept back as headroom goes when its reset comes
+// within a pace interval: a fixed window's unit left over is lost at its
+// end. In the first second of a window of 100 (before its lumps told it
+// from a bucket) one was kept back, and a burst of five windows' quota
+// ended a window late (1.25x the ideal). Further from the reset, the unit
+// stays kept back.
+func TestHeadroomGoesAsACoarseResetComes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		resetIn  time.Duration // from the reading with one left
+		wantSoon bool
+	}{
+		{"reset within an interval", 5 * time.Millisecond, true},
+		{"reset further", 500 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &pacer{}
+			reset := testStart.Add(time.Second)
+			last := reset.Add(-tc.resetIn)
+			reading := func(remaining int64) RateLimits {
+				return RateLimits{Requests: Quota{Limit: 100, Remaining: remaining, HasLimit: true, HasRemaining: true,
+					Reset: reset, Coarse: true}}
+			}
+			// Its count falls by one an answer, each answering the
+			// newest attempt, until one remains.
+			step := last.Sub(testStart) / 60
+			at := testStart
+			for left := int64(60); left > 1; left-- {
+				answer(p, at, false, reading(left))
+				at = at.Add(step)
+			}
+			answer(p, last, false, reading(1))
+			require.Greater(t, p.interval, 5*time.Millisecond)
+			got := p.book(last).at.Sub(last)
+			if tc.wantSoon {
+				assert.Zero(t, got, "the last unit goes before the reset")
+			} else {
+				assert.Positive(t, got, "the unit stays kept back")
+			}
+		})
+	}
+}
