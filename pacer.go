@@ -94,11 +94,17 @@ type pacer struct {
 	// the bucket is full, or a measured pace draws a 429: the server cuts
 	// its resets down (or to the nearest second), so they may be early.
 	earlyResets bool
-	latest      reading // the reading that covers the most attempts sent
-	limit       int64   // the quota's size, as the latest reading gave it
-	coarse      bool    // the quota is a coarse bucket (see coarseBucket)
-	firm        bool    // the pace is what the server stated (see turn.firm)
-	measured    bool    // a drain measurement has stated the rate
+	// lateResets is set once a whole-second quota reads full (or a new
+	// window) more than a second before the reset a reading before it
+	// stated: its resets run on a clock ahead of the Date's (a proxy's
+	// Date in front of a server whose clock is ahead, or no Date), and
+	// bound no rate from above.
+	lateResets bool
+	latest     reading // the reading that covers the most attempts sent
+	limit      int64   // the quota's size, as the latest reading gave it
+	coarse     bool    // the quota is a coarse bucket (see coarseBucket)
+	firm       bool    // the pace is what the server stated (see turn.firm)
+	measured   bool    // a drain measurement has stated the rate
 
 	accepts  acceptCounter // successes, for the observed mode
 	grewAt   time.Time     // when the observed rate last rose
@@ -847,6 +853,7 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 	p.liftCeiling(now)
 	coarse := coarseBucket(l)
 	if coarse {
+		p.spotLateResets(now, q)
 		p.coarse, p.limit = true, q.Limit
 		p.countDry(now, q)
 		p.spotLump(now, q, sent)
@@ -875,6 +882,9 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		p.earlyResets = true // not full, and its time to full has passed: the server cuts resets down
 	}
 	lo, hi := rateBounds(now, l, p.earlyResets)
+	if coarse && p.lateResets {
+		hi = math.Inf(1) // its resets are too late to bound the rate
+	}
 	if hi > 0 || coarse {
 		binding := p.binding(now)
 		switch {
@@ -905,6 +915,29 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 	}
 	p.syncRemaining(now, q, sent)
 }
+
+// spotLateResets sets lateResets when q, a coarse bucket read at now, is
+// full (but for the attempt it answers) while the latest reading before it
+// said it would not be before a reset more than lateBy away: its resets
+// run late, and bound no rate from above. A whole-second reset rounded up
+// is at most a second late. (A fixed window told by its lumps learns its
+// end from its answers: see windowEdge.)
+//
+// Without this, a bucket of 4 at 40 a second whose resets ran 5 s ahead
+// of its Date was paced at one request every 3 s: each reading said full,
+// and each stated a reset 6 s away, which capped the pace there; 3 of 4
+// requests failed, unable to wait their turn.
+func (p *pacer) spotLateResets(now time.Time, q Quota) {
+	l := p.latest
+	if !p.lumpy && !l.at.IsZero() && !l.reset.IsZero() && q.Remaining >= q.Limit-1 && l.reset.Sub(now) > lateBy {
+		p.lateResets = true
+	}
+}
+
+// lateBy is how much later than a quota read full a reading's reset must
+// have said it would be, for the resets to be late: a second of rounding,
+// and a margin for the answers' trips.
+const lateBy = time.Second + 200*time.Millisecond
 
 // liftCeiling raises the ceiling a 429 left on a measured pace by
 // rateRecover for every ceilingLift that passes with requests waiting on the
@@ -1172,8 +1205,13 @@ func (p *pacer) measure(now time.Time, q Quota, sent uint64, lo, hi float64, bin
 		// A measure can come out low (a reading delayed on its way
 		// here stretches its span), and a full bucket says so: probe
 		// up again. The shortfall check keeps the probing from
-		// emptying the bucket.
+		// emptying the bucket. The full bucket is an observation, and
+		// beats the bound its reset states: a reset on a clock ahead
+		// of ours (by more than the second hi allows) held a bucket
+		// of 4 at 40 a second, read full at every answer, to one or
+		// two requests a second.
 		p.rate *= 2
+		hi = math.Inf(1)
 	}
 	if p.ceiling > 0 {
 		p.rate = min(p.rate, p.ceiling)

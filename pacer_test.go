@@ -387,3 +387,55 @@ func TestAWindowDrainedOneAttemptAtATimeIsSeenFlatAfterAnOutOfOrderBurst(t *test
 	answer(p, now, false, windowReading(100, 99, now))
 	assert.True(t, p.lumpy, "back whole at once after a flat drain: a window")
 }
+
+// lateBucket is an Anthropic-style bucket of 4 read at now, its reset
+// (when it is full again) on a clock ahead of ours by lead, in whole
+// seconds rounded up: what a proxy's Date in front of a server whose clock
+// is ahead, or no Date at all, leaves the client to read.
+func lateBucket(remaining int64, now time.Time, lead time.Duration) RateLimits {
+	reset := now.Add(lead + 25*time.Millisecond*time.Duration(4-remaining))
+	if r := reset.Truncate(time.Second); r.Before(reset) {
+		reset = r.Add(time.Second)
+	}
+	return RateLimits{Replenishing: true, Requests: Quota{Limit: 4, Remaining: remaining, HasLimit: true, HasRemaining: true,
+		Reset: reset, Coarse: true}}
+}
+
+// A bucket read full at every answer is under-used, whatever its reset
+// says: the pace doubles at each such reading (a drain measure's span
+// apart), past the bound the reset states. Resets 1 s ahead (up to 2 s late, rounded up) capped a bucket of
+// 4 at 40 a second to one or two requests a second, read full every time,
+// for minutes (2m39s for 240 requests, 27x the ideal, in one run of
+// the matrix's world without a Date).
+func TestAFullBucketBeatsTheBoundItsResetStates(t *testing.T) {
+	p := &pacer{}
+	now := testStart
+	p.learn(now, lateBucket(1, now, time.Second), 1)
+	require.Equal(t, paceMeasured, p.mode)
+	first := p.rate
+	for i := 2; i <= 8; i++ {
+		now = now.Add(p.interval)
+		p.sent++
+		p.tatV = p.slotsAt(now) + 10 // requests wait on the pace
+		p.learn(now, lateBucket(3, now, time.Second), p.sent)
+	}
+	assert.GreaterOrEqual(t, p.rate, 8*first, "doubled at the full readings a measure's span apart: %.1f/s from %.1f/s", p.rate, first)
+}
+
+// A bucket read full a whole reset or more before the reset a reading
+// before it stated runs its resets late: they bound no rate. One whose
+// resets are on time (rounded up: up to a second late) does not.
+func TestLateResetsAreSpottedWhenTheBucketIsFullBeforeThem(t *testing.T) {
+	for _, tc := range []struct {
+		lead time.Duration
+		late bool
+	}{{5 * time.Second, true}, {0, false}} {
+		p := &pacer{}
+		now := testStart
+		p.learn(now, lateBucket(1, now, tc.lead), 1)
+		now = now.Add(200 * time.Millisecond)
+		p.sent++
+		p.learn(now, lateBucket(3, now, tc.lead), p.sent)
+		assert.Equal(t, tc.late, p.lateResets, "resets %v ahead", tc.lead)
+	}
+}
