@@ -61,7 +61,8 @@ type world struct {
 	think time.Duration
 	// proxyDate has the answers carry the client's own time as their
 	// Date (a proxy's, in front of a server whose clock is offset), so
-	// the offset of the times in the headers cannot be read from it.
+	// the offset of the times in the headers cannot be read from it
+	// (retrytest.Config.ProxyDate).
 	proxyDate bool
 }
 
@@ -96,6 +97,7 @@ func (w world) config() retrytest.Config {
 		RetryAfter:      w.retryAfter,
 		Rounding:        w.rounding,
 		ClockOffset:     w.offset,
+		ProxyDate:       w.proxyDate,
 		RequestIDHeader: "X-Sim-Request",
 		RateLimit:       retrytest.RateLimit{Rate: w.load.rate, Burst: w.load.burst},
 	}
@@ -154,11 +156,7 @@ func runWorld(t *testing.T, w world, newRT func(base http.RoundTripper) http.Rou
 		srv := retrytest.NewTransport(w.config())
 		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			time.Sleep(w.roundTrip())
-			resp, err := srv.RoundTrip(r)
-			if err == nil && w.proxyDate {
-				resp.Header.Set("Date", time.Now().UTC().Format(http.TimeFormat))
-			}
-			return resp, err
+			return srv.RoundTrip(r)
 		})
 		client := &http.Client{Transport: newRT(base)}
 		start := time.Now()

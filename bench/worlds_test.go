@@ -71,6 +71,12 @@ func worlds() []world {
 		{"anthropic-nearest", with(retrytest.Anthropic, func(c *retrytest.Config) { c.Rounding = retrytest.RoundNearest })},
 		// The server's clock 3 s ahead of the client's: every reset reads 3 s late.
 		{"anthropic-ahead3s", with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = 3 * time.Second })},
+		// The same behind a proxy whose Date is the client's time: the
+		// resets cannot be placed by the Date, and read 3 s late.
+		{"anthropic-ahead3s-proxy", with(retrytest.Anthropic, func(c *retrytest.Config) {
+			c.ClockOffset = 3 * time.Second
+			c.ProxyDate = true
+		})},
 		// The server's clock 3 s behind: every reset reads 3 s in the past.
 		{"anthropic-behind3s", with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = -3 * time.Second })},
 		// No rate-limit headers at all: 429 and Retry-After only.
@@ -373,17 +379,18 @@ func TestWorldHeaders(t *testing.T) {
 	start := time.Date(2026, 1, 2, 3, 4, 5, 300*int(time.Millisecond), time.UTC)
 	const anthReset = "Anthropic-Ratelimit-Requests-Reset"
 	want := map[string]map[string]string{ // header → value; "" means absent
-		"anthropic-floor":    {anthReset: "2026-01-02T03:04:05Z", "Date": "Fri, 02 Jan 2026 03:04:05 GMT"},
-		"anthropic-nearest":  {anthReset: "2026-01-02T03:04:05Z"},
-		"anthropic-ahead3s":  {anthReset: "2026-01-02T03:04:09Z", "Date": "Fri, 02 Jan 2026 03:04:08 GMT"},
-		"anthropic-behind3s": {anthReset: "2026-01-02T03:04:03Z", "Date": "Fri, 02 Jan 2026 03:04:02 GMT"},
-		"plain":              {anthReset: "", "X-Ratelimit-Remaining": "", "X-Ratelimit-Remaining-Requests": "", "Ratelimit": ""},
-		"github-window":      {"X-Ratelimit-Limit": "40", "X-Ratelimit-Remaining": "39", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+2, 10)},
-		"github-bucket":      {"X-Ratelimit-Limit": "4", "X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
-		"github-403":         {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
-		"openai":             {"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "25ms"},
-		"anthropic-ceil":     {anthReset: "2026-01-02T03:04:06Z", "Anthropic-Ratelimit-Requests-Remaining": "3"},
-		"ietf":               {"Ratelimit": `"default";r=3;t=1`, "Ratelimit-Policy": `"default";q=40;w=1`},
+		"anthropic-floor":         {anthReset: "2026-01-02T03:04:05Z", "Date": "Fri, 02 Jan 2026 03:04:05 GMT"},
+		"anthropic-nearest":       {anthReset: "2026-01-02T03:04:05Z"},
+		"anthropic-ahead3s":       {anthReset: "2026-01-02T03:04:09Z", "Date": "Fri, 02 Jan 2026 03:04:08 GMT"},
+		"anthropic-ahead3s-proxy": {anthReset: "2026-01-02T03:04:09Z", "Date": "Fri, 02 Jan 2026 03:04:05 GMT"},
+		"anthropic-behind3s":      {anthReset: "2026-01-02T03:04:03Z", "Date": "Fri, 02 Jan 2026 03:04:02 GMT"},
+		"plain":                   {anthReset: "", "X-Ratelimit-Remaining": "", "X-Ratelimit-Remaining-Requests": "", "Ratelimit": ""},
+		"github-window":           {"X-Ratelimit-Limit": "40", "X-Ratelimit-Remaining": "39", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+2, 10)},
+		"github-bucket":           {"X-Ratelimit-Limit": "4", "X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
+		"github-403":              {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
+		"openai":                  {"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "25ms"},
+		"anthropic-ceil":          {anthReset: "2026-01-02T03:04:06Z", "Anthropic-Ratelimit-Requests-Remaining": "3"},
+		"ietf":                    {"Ratelimit": `"default";r=3;t=1`, "Ratelimit-Policy": `"default";q=40;w=1`},
 	}
 	limits := map[string]int{"github-window": 40} // requests admitted at once; worldBurst otherwise
 	tr := cleanhttp.DefaultPooledTransport()

@@ -269,3 +269,18 @@ func TestDateHeader(t *testing.T) {
 	assert.False(t, date.Before(before), "%v before %v", date, before)
 	assert.False(t, date.After(time.Now()), date)
 }
+
+// TestProxyDate: with ProxyDate the Date is the client's time, as a
+// proxy's own clock writes it, while the resets stay on the server's.
+func TestProxyDate(t *testing.T) {
+	offset := 5 * time.Second
+	clk := newClock()
+	tr := transport(retrytest.Config{
+		Family: retrytest.Anthropic, ClockOffset: offset, ProxyDate: true,
+		RateLimit: retrytest.RateLimit{Rate: 1, Burst: 1},
+	}, clk)
+	r := do(t, tr, apiURL, "")
+	require.Equal(t, 200, r.status)
+	assert.Equal(t, t0.Format(http.TimeFormat), r.header.Get("Date"), "the proxy's clock")
+	assert.Equal(t, t0.Add(offset+time.Second).Format(time.RFC3339), r.header.Get("Anthropic-Ratelimit-Requests-Reset"), "the server's")
+}

@@ -130,6 +130,11 @@ type Config struct {
 	// Retry-After dates and the Date header) is Now()+ClockOffset.
 	// Relative values (Retry-After seconds, durations) are unaffected.
 	ClockOffset time.Duration
+	// ProxyDate writes the Date header from Config.Now, without
+	// ClockOffset, as a proxy in front of the server does with its own
+	// clock: the header then says nothing of the offset of the other
+	// absolute times.
+	ProxyDate bool
 
 	// [RateLimit] is a token bucket, or a fixed window, shared by all
 	// requests; its zero value sets no limit.

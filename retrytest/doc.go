@@ -71,7 +71,9 @@
 // value (Retry-After seconds, OpenAI's durations, the IETF t=), stay those
 // of Config.Now. Absolute times are cut to whole seconds as Config.Rounding
 // says: rounded up by default, so never early; truncated or rounded to the
-// nearest second, as many servers do.
+// nearest second, as many servers do. With Config.ProxyDate the Date is
+// written on the client's clock instead, as a proxy in front of the server
+// writes its own: it then says nothing of the offset of the other times.
 //
 // # Reproducibility
 //

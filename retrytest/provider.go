@@ -312,10 +312,14 @@ func (c *core) setRequestID(h http.Header, n int) {
 }
 
 // setDate sets the Date header a server sends on every answer: the
-// arrival's instant on the server's clock, truncated to the second as
-// net/http writes it. Setting it keeps net/http from writing its own.
+// arrival's instant on the server's clock (the client's, with ProxyDate),
+// truncated to the second as net/http writes it. Setting it keeps
+// net/http from writing its own.
 func (c *core) setDate(h http.Header, now time.Time) {
-	h.Set("Date", now.Add(c.cfg.ClockOffset).UTC().Truncate(time.Second).Format(http.TimeFormat))
+	if !c.cfg.ProxyDate {
+		now = now.Add(c.cfg.ClockOffset)
+	}
+	h.Set("Date", now.UTC().Truncate(time.Second).Format(http.TimeFormat))
 }
 
 // stamp is the absolute time t as the server writes it: on its own clock
