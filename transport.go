@@ -47,6 +47,7 @@ func (t *RetryTransport) configure(base http.RoundTripper, opts []Option) {
 	}
 	cfg.base = base
 	t.cfg, t.slots = cfg, newSlots(cfg.maxConcurrency)
+	t.cfg.quick = t.cfg.quickAllowed(t.slots)
 }
 
 // ready sets up a zero RetryTransport with the defaults on its first use.
@@ -79,10 +80,26 @@ func (t *RetryTransport) CloseIdleConnections() {
 // caller's request is never modified.
 func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.ready()
-	var c call // on the stack: the happy path allocates only the response wrapper
-	if err := t.begin(&c, req); err != nil {
-		return nil, err
+	if t.cfg.quick && req != nil && (req.Body == nil || req.Body == http.NoBody) { // a body takes the loop
+		var tk limitTicket
+		if u := t.quickUpstream(req); u != nil && u.limit.takeFast(&tk) {
+			return t.quickTrip(req, u, &tk)
+		}
 	}
+	return t.roundTrip(req, nil)
+}
+
+// roundTrip is RoundTrip past the quick path: the attempt loop. first is
+// the quick path's first attempt, sent already, when it was not a plain
+// answer; nil when the loop sends the first attempt itself.
+func (t *RetryTransport) roundTrip(req *http.Request, first *firstAttempt) (*http.Response, error) {
+	var c call        // on the stack: the happy path allocates only the response wrapper
+	if first == nil { // else the quick path found it valid
+		if err := validateRequest(req, t.upstreams.lastHost()); err != nil {
+			return nil, invalid(req, err)
+		}
+	}
+	t.begin(&c, req)
 	if c.body.orig != nil { // nothing to close without a body (most GETs)
 		defer c.body.close()
 	}
@@ -91,16 +108,23 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// measurable share of the per-request cost.
 	var a admission
 	for {
-		if err := c.admit(&a); err != nil {
-			return c.refused(err)
-		}
-		resp, err := c.send(&a)
+		var resp *http.Response
+		var err error
 		var scan headerScan
-		if err == nil {
-			scan = scanHeader(resp.Header)
-			if c.quiet(&a, resp, &scan) {
-				return resp, nil // most requests: a plain answer, nothing to learn
+		if first != nil {
+			resp, err = c.resume(&a, first)
+			scan, first = first.scan, nil
+		} else {
+			if err := c.admit(&a); err != nil {
+				return c.refused(err)
 			}
+			resp, err = c.send(&a)
+			if err == nil {
+				scan = scanHeader(resp.Header)
+			}
+		}
+		if err == nil && c.quiet(&a, resp, &scan) {
+			return resp, nil // most requests: a plain answer, nothing to learn
 		}
 		var o outcome
 		c.judge(&o, &a, resp, err, &scan)
@@ -157,13 +181,9 @@ type call struct {
 	inTokens, outTokens int
 }
 
-// begin checks the request and prepares the call, which must be the zero
-// call. A request that can never succeed is refused here, before anything
-// is sent.
-func (t *RetryTransport) begin(c *call, req *http.Request) error {
-	if err := validateRequest(req, t.upstreams.lastHost()); err != nil {
-		return invalid(req, err)
-	}
+// begin prepares the call for req, which validateRequest found valid; c
+// must be the zero call.
+func (t *RetryTransport) begin(c *call, req *http.Request) {
 	// Field by field: c is already zero, and a composite literal would
 	// build the whole call aside and copy it over.
 	c.t, c.req, c.ctx, c.policy = t, req, req.Context(), &t.cfg.policy
@@ -181,7 +201,6 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 	if c.policy.idempotencyKey { // else no header to stamp, none to copy
 		c.header = c.policy.stampHeaders(req)
 	}
-	return nil
 }
 
 // invalid refuses a request that can never succeed (err says why),
@@ -227,6 +246,12 @@ func (c *call) send(a *admission) (*http.Response, error) {
 		c.logAttempt()
 	}
 	resp, err := c.t.cfg.base.RoundTrip(out)
+	return c.received(a, out, timeout, resp, err)
+}
+
+// received ends the attempt that sent out: it releases what the attempt
+// holds when it got no response, else hands that to the response's body.
+func (c *call) received(a *admission, out *http.Request, timeout *attemptTimer, resp *http.Response, err error) (*http.Response, error) {
 	var release func()
 	if timeout != nil || a.hasSlot {
 		release = c.t.releaser(a, timeout.headersArrived())
