@@ -90,6 +90,19 @@ func (t *RetryTransport) quickTrip(req *http.Request, u *upstream, tk *limitTick
 	if resp.Request == nil {
 		resp.Request = req
 	}
+	if tk.held && resp.Body != nil && resp.Body != http.NoBody && resp.StatusCode != http.StatusSwitchingProtocols {
+		// Most answers: wrapResponseBody and served in line, for a body
+		// to read and the slot in the adaptive limit to release at its
+		// end.
+		resp.Body = &responseBody{rc: resp.Body, attempts: 1, limit: u.limit, epoch: tk.epoch, held: 1}
+		if !u.limit.servedQuietly(tk) {
+			t.learnLimit(u, tk, limitAccepted)
+		}
+		if !u.breaker.countSuccess(0) {
+			t.success(u, 0)
+		}
+		return resp, nil
+	}
 	var l *concurrencyLimit
 	if tk.held {
 		l = u.limit

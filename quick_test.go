@@ -459,3 +459,65 @@ func TestQuickPathUnderConcurrency(t *testing.T) {
 	assert.EqualValues(t, n+2, s.Requests)
 	assert.EqualValues(t, n+2, s.Attempts)
 }
+
+// rwBody is an upgraded connection's body: readable and writable.
+type rwBody struct {
+	io.Reader
+	wrote strings.Builder
+}
+
+func (b *rwBody) Write(p []byte) (int, error) { return b.wrote.Write(p) }
+func (b *rwBody) Close() error                { return nil }
+
+// The quick path's answers keep their body's type and its release: a 101's
+// body stays writable, and a transport without the adaptive limit holds
+// nothing and still returns responses of its own.
+func TestQuickPathBodies(t *testing.T) {
+	t.Run("101 Switching Protocols", func(t *testing.T) {
+		r := &quickBase{}
+		rt := quickTransport(t, r)
+		body := &rwBody{Reader: strings.NewReader("hello")}
+		r.then(func(req *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusSwitchingProtocols, Header: http.Header{}, Body: body, Request: req}, nil
+		})
+		resp, err := rt.RoundTrip(newGet(t, context.Background()))
+		require.NoError(t, err)
+		rwc, ok := resp.Body.(io.ReadWriteCloser)
+		require.True(t, ok, "the body stays writable")
+		_, err = rwc.Write([]byte("hi"))
+		require.NoError(t, err)
+		assert.Equal(t, "hi", body.wrote.String())
+		assert.Equal(t, 1, Attempts(resp))
+		assert.Equal(t, 1, rt.Stats()[0].InFlight)
+		assert.Equal(t, "hello", drain(t, resp))
+		assert.Equal(t, 0, rt.Stats()[0].InFlight)
+	})
+	t.Run("no adaptive limit", func(t *testing.T) {
+		r := &quickBase{}
+		rt := quickTransport(t, r, WithAdaptiveConcurrency(AdaptiveConcurrency{Disabled: true}))
+		resp, err := rt.RoundTrip(newGet(t, context.Background()))
+		require.NoError(t, err)
+		assert.Equal(t, 1, Attempts(resp))
+		assert.Equal(t, "ok", drain(t, resp))
+		s := rt.Stats()[0]
+		assert.EqualValues(t, 3, s.Requests)
+		assert.EqualValues(t, 3, s.Attempts)
+	})
+}
+
+// Read and Close racing release the attempt's slot once.
+func TestQuickPathReleasesOnceUnderRacingReadAndClose(t *testing.T) {
+	r := &quickBase{}
+	rt := quickTransport(t, r)
+	for i := 0; i < 50; i++ {
+		resp, err := rt.RoundTrip(newGet(t, context.Background()))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); io.Copy(io.Discard, resp.Body) }()
+		go func() { defer wg.Done(); resp.Body.Close() }()
+		wg.Wait()
+		resp.Body.Close()
+		require.Equal(t, 0, rt.Stats()[0].InFlight)
+	}
+}
