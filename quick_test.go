@@ -201,6 +201,17 @@ func TestQuickPathHandsOverToTheLoop(t *testing.T) {
 		assert.EqualValues(t, 1, s.Failures)
 		assert.Equal(t, 0, s.InFlight, "the failed attempt's slot released")
 	})
+	t.Run("the status is remembered for a later error", func(t *testing.T) {
+		r := &quickBase{}
+		rt := quickTransport(t, r, WithMaxRetries(1))
+		r.then(reply(http.StatusServiceUnavailable, nil, "busy"), func(*http.Request) (*http.Response, error) { return nil, io.ErrUnexpectedEOF })
+		_, err := rt.RoundTrip(newGet(t, context.Background()))
+		var e *Error
+		require.ErrorAs(t, err, &e)
+		assert.Equal(t, 2, e.Attempts)
+		assert.Equal(t, http.StatusServiceUnavailable, e.StatusCode, "the last status seen")
+		assert.Equal(t, 0, rt.Stats()[0].InFlight)
+	})
 	t.Run("neither a response nor an error", func(t *testing.T) {
 		r := &quickBase{}
 		rt := quickTransport(t, r, WithMaxRetries(0))
@@ -519,5 +530,28 @@ func TestQuickPathReleasesOnceUnderRacingReadAndClose(t *testing.T) {
 		wg.Wait()
 		resp.Body.Close()
 		require.Equal(t, 0, rt.Stats()[0].InFlight)
+	}
+}
+
+// A response whose Request the base transport left nil gets the caller's,
+// on the quick path and after it.
+func TestQuickPathSetsTheResponsesRequest(t *testing.T) {
+	r := &quickBase{}
+	rt := quickTransport(t, r)
+	noRequest := func(status int) func(*http.Request) (*http.Response, error) {
+		return func(req *http.Request) (*http.Response, error) {
+			resp, err := reply(status, nil, "x")(req)
+			resp.Request = nil
+			return resp, err
+		}
+	}
+	for _, status := range []int{http.StatusOK, http.StatusNotFound} {
+		r.then(noRequest(status))
+		req := newGet(t, context.Background())
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err)
+		assert.Equal(t, status, resp.StatusCode)
+		assert.Same(t, req, resp.Request, "status %d", status)
+		drain(t, resp)
 	}
 }

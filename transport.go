@@ -107,50 +107,67 @@ func (t *RetryTransport) roundTrip(req *http.Request, first *firstAttempt) (*htt
 	// outcome: some 300 bytes, and copying it between the stages was a
 	// measurable share of the per-request cost.
 	var a admission
-	for {
-		var resp *http.Response
-		var err error
-		var scan headerScan
-		if first != nil {
-			resp, err = c.resume(&a, first)
-			scan, first = first.scan, nil
-		} else {
-			if err := c.admit(&a); err != nil {
-				return c.refused(err)
-			}
-			resp, err = c.send(&a)
-			if err == nil {
-				scan = scanHeader(resp.Header)
-			}
+	if first != nil {
+		resp, err := c.resume(&a, first)
+		if err == nil && c.quiet(&a, resp, &first.scan) {
+			return resp, nil
 		}
-		if err == nil && c.quiet(&a, resp, &scan) {
-			return resp, nil // most requests: a plain answer, nothing to learn
-		}
-		var o outcome
-		c.judge(&o, &a, resp, err, &scan)
-		c.observe(&a, &o)
-		if t.cfg.hooks.OnAttemptDone != nil {
-			c.logAttemptDone(&o)
-		}
-		if !o.retry {
-			if o.plain() { // most requests: a 2xx or 3xx, no verdict to keep
-				return o.resp, nil
-			}
-			return c.finish(&o, nil)
-		}
-		if c.ctx.Err() != nil {
-			return c.canceled(o.resp, o.err)
-		}
-		wait, stop := c.plan(&o)
-		if stop != nil {
-			return c.finish(&o, stop)
-		}
-		c.logRetry(&o, wait)
-		discard(o.resp)
-		if err := c.sleep(wait, nil); err != nil {
-			return c.canceled(nil, err)
+		if resp, err, again := c.decide(&a, resp, err, &first.scan); !again {
+			return resp, err
 		}
 	}
+	for {
+		if err := c.admit(&a); err != nil {
+			return c.refused(err)
+		}
+		resp, err := c.send(&a)
+		var scan headerScan
+		if err == nil {
+			scan = scanHeader(resp.Header)
+			if c.quiet(&a, resp, &scan) {
+				return resp, nil // most requests: a plain answer, nothing to learn
+			}
+		}
+		if resp, err, again := c.decide(&a, resp, err, &scan); !again {
+			return resp, err
+		}
+	}
+}
+
+// decide judges an attempt that was not a quiet answer (scan is resp's
+// header, read once), tells the upstream what it says, and either returns
+// what RoundTrip returns (again false) or waits for the next attempt
+// (again true).
+func (c *call) decide(a *admission, resp *http.Response, err error, scan *headerScan) (_ *http.Response, _ error, again bool) {
+	var o outcome
+	c.judge(&o, a, resp, err, scan)
+	c.observe(a, &o)
+	if c.t.cfg.hooks.OnAttemptDone != nil {
+		c.logAttemptDone(&o)
+	}
+	if !o.retry {
+		if o.plain() { // most requests: a 2xx or 3xx, no verdict to keep
+			return o.resp, nil, false
+		}
+		resp, err := c.finish(&o, nil)
+		return resp, err, false
+	}
+	if c.ctx.Err() != nil {
+		resp, err := c.canceled(o.resp, o.err)
+		return resp, err, false
+	}
+	wait, stop := c.plan(&o)
+	if stop != nil {
+		resp, err := c.finish(&o, stop)
+		return resp, err, false
+	}
+	c.logRetry(&o, wait)
+	discard(o.resp)
+	if err := c.sleep(wait, nil); err != nil {
+		resp, err := c.canceled(nil, err)
+		return resp, err, false
+	}
+	return nil, nil, true
 }
 
 // call is the state of one RoundTrip: the caller's request, the policy that
@@ -246,12 +263,6 @@ func (c *call) send(a *admission) (*http.Response, error) {
 		c.logAttempt()
 	}
 	resp, err := c.t.cfg.base.RoundTrip(out)
-	return c.received(a, out, timeout, resp, err)
-}
-
-// received ends the attempt that sent out: it releases what the attempt
-// holds when it got no response, else hands that to the response's body.
-func (c *call) received(a *admission, out *http.Request, timeout *attemptTimer, resp *http.Response, err error) (*http.Response, error) {
 	var release func()
 	if timeout != nil || a.hasSlot {
 		release = c.t.releaser(a, timeout.headersArrived())
