@@ -99,7 +99,7 @@ func (c *call) report(a *admission, o *outcome) {
 		c.served(u, a)
 		return
 	}
-	o.atCapacity = c.learnLimit(u, &a.limit, o.limitSignal())
+	o.atCapacity = c.t.learnLimit(u, &a.limit, o.limitSignal())
 	switch o.health {
 	case serving: // throttled: refused for rate, but up
 		u.stats.throttled.Add(1)
@@ -123,35 +123,40 @@ func (c *call) report(a *admission, o *outcome) {
 // attempts): the adaptive limit takes it as accepted, which is never "at
 // capacity", and learns nothing from it unless it was sampled or a limit is
 // learned; the breaker counts it without its lock.
-func (c *call) served(u *upstream, a *admission) {
-	if a.limit.held && !u.limit.servedQuietly(&a.limit) {
-		c.learnLimit(u, &a.limit, limitAccepted)
+func (c *call) served(u *upstream, a *admission) { c.t.served(u, &a.limit, a.probe) }
+
+// served is call.served for an attempt holding ticket tk in the upstream's
+// adaptive limit, probe its breaker probe id (0: none): the quick path has
+// no call.
+func (t *RetryTransport) served(u *upstream, tk *limitTicket, probe uint64) {
+	if tk.held && !u.limit.servedQuietly(tk) {
+		t.learnLimit(u, tk, limitAccepted)
 	}
-	if !u.breaker.countSuccess(a.probe) {
-		c.success(u, a.probe)
+	if !u.breaker.countSuccess(probe) {
+		t.success(u, probe)
 	}
 }
 
 // success tells the breaker of a success under its lock, dated now (a
 // probe's, or one while it is not closed).
-func (c *call) success(u *upstream, probe uint64) {
-	u.breaker.success(c.t.cfg.clock.Now(), probe)
+func (t *RetryTransport) success(u *upstream, probe uint64) {
+	u.breaker.success(t.cfg.clock.Now(), probe)
 }
 
 // learnLimit tells the upstream's adaptive limit what the attempt's outcome
 // says of its capacity (s), and reports whether a refusal was taken as "at
 // capacity" (then the breaker is not told of it).
-func (c *call) learnLimit(u *upstream, t *limitTicket, s limitSignal) bool {
-	if !t.held {
+func (t *RetryTransport) learnLimit(u *upstream, tk *limitTicket, s limitSignal) bool {
+	if !tk.held {
 		return false
 	}
 	var now time.Time
-	if s == limitAccepted && t.sample {
+	if s == limitAccepted && tk.sample {
 		now = time.Now() // real time: see awaitLimit
 	}
-	atCapacity, change, changed := u.limit.observe(*t, s, now)
+	atCapacity, change, changed := u.limit.observe(*tk, s, now)
 	if changed {
-		c.t.limitChanged(u, change)
+		t.limitChanged(u, change)
 	}
 	return atCapacity
 }

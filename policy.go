@@ -61,6 +61,10 @@ type config struct {
 	// zero value means the defaults.
 	adaptive AdaptiveConcurrency
 
+	// quick: requests may take the quick path (quick.go), set by
+	// configure from the rest.
+	quick bool
+
 	policy
 }
 

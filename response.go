@@ -29,8 +29,12 @@ type responseBody struct {
 	done     func()
 	limit    *concurrencyLimit // released with done: the attempt's slot in the adaptive limit
 	epoch    uint32            // the limit's epoch when the attempt was sent
-	finished atomic.Bool
-	verdict  *verdict // set only when an error status is returned
+	// held is 1 while done or limit is still to be released, 0 once
+	// released (or with nothing to release): set in the literal that
+	// makes the body, before anyone else sees it, and accessed atomically
+	// from then on (Read and Close may race).
+	held    uint32
+	verdict *verdict // set only when an error status is returned
 }
 
 // verdict is what the transport decided about an error response it
@@ -57,17 +61,34 @@ func (b *responseBody) Close() error {
 	return err
 }
 
+// finish releases what the attempt holds, once. A load before the swap,
+// small enough to inline: Close after EOF (the usual order) finds it done
+// without a call or a locked instruction.
 func (b *responseBody) finish() {
-	// A load before the swap: Close after EOF (the usual order) finds it
-	// done without a locked instruction.
-	if (b.done != nil || b.limit != nil) && !b.finished.Load() && b.finished.CompareAndSwap(false, true) {
-		if b.done != nil {
-			b.done()
-		}
-		if b.limit != nil {
-			b.limit.release(b.epoch)
-		}
+	if atomic.LoadUint32(&b.held) != 0 {
+		b.release()
 	}
+}
+
+// release is finish past its first test.
+func (b *responseBody) release() {
+	if !atomic.CompareAndSwapUint32(&b.held, 1, 0) {
+		return // released meanwhile
+	}
+	if b.done != nil {
+		b.done()
+	}
+	if b.limit != nil {
+		b.limit.release(b.epoch)
+	}
+}
+
+// holding is the initial held of a body with done and limit to release.
+func holding(done func(), limit *concurrencyLimit) uint32 {
+	if done != nil || limit != nil {
+		return 1
+	}
+	return 0
 }
 
 // readWriteBody keeps the io.ReadWriteCloser of a 101 Switching Protocols
@@ -89,7 +110,7 @@ func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *con
 	if resp.StatusCode == http.StatusSwitchingProtocols && wrapUpgraded(resp, rc, attempts, done, limit, epoch) {
 		return // the status first: no interface assertion on the common path
 	}
-	b := &responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}
+	b := &responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch, held: holding(done, limit)}
 	resp.Body = b
 	if rc == http.NoBody {
 		// Nothing to read (HEAD, 204, 304, an empty body): the attempt is
@@ -104,7 +125,7 @@ func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *con
 func wrapUpgraded(resp *http.Response, rc io.ReadCloser, attempts int, done func(), limit *concurrencyLimit, epoch uint32) bool {
 	rwc, ok := rc.(io.ReadWriteCloser)
 	if ok {
-		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch}, rwc}
+		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch, held: holding(done, limit)}, rwc}
 	}
 	return ok
 }

@@ -47,6 +47,7 @@ func (t *RetryTransport) configure(base http.RoundTripper, opts []Option) {
 	}
 	cfg.base = base
 	t.cfg, t.slots = cfg, newSlots(cfg.maxConcurrency)
+	t.cfg.quick = t.cfg.quickAllowed(t.slots)
 }
 
 // ready sets up a zero RetryTransport with the defaults on its first use.
@@ -79,10 +80,26 @@ func (t *RetryTransport) CloseIdleConnections() {
 // caller's request is never modified.
 func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.ready()
-	var c call // on the stack: the happy path allocates only the response wrapper
-	if err := t.begin(&c, req); err != nil {
-		return nil, err
+	if t.cfg.quick && req != nil && (req.Body == nil || req.Body == http.NoBody) { // a body takes the loop
+		var tk limitTicket
+		if u := t.quickUpstream(req); u != nil && u.limit.takeFast(&tk) {
+			return t.quickTrip(req, u, &tk)
+		}
 	}
+	return t.roundTrip(req, nil)
+}
+
+// roundTrip is RoundTrip past the quick path: the attempt loop. first is
+// the quick path's first attempt, sent already, when it was not a plain
+// answer; nil when the loop sends the first attempt itself.
+func (t *RetryTransport) roundTrip(req *http.Request, first *firstAttempt) (*http.Response, error) {
+	var c call        // on the stack: the happy path allocates only the response wrapper
+	if first == nil { // else the quick path found it valid
+		if err := validateRequest(req, t.upstreams.lastHost()); err != nil {
+			return nil, invalid(req, err)
+		}
+	}
+	t.begin(&c, req)
 	if c.body.orig != nil { // nothing to close without a body (most GETs)
 		defer c.body.close()
 	}
@@ -90,6 +107,15 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// outcome: some 300 bytes, and copying it between the stages was a
 	// measurable share of the per-request cost.
 	var a admission
+	if first != nil {
+		resp, err := c.resume(&a, first)
+		if err == nil && c.quiet(&a, resp, &first.scan) {
+			return resp, nil
+		}
+		if resp, err, again := c.decide(&a, resp, err, &first.scan); !again {
+			return resp, err
+		}
+	}
 	for {
 		if err := c.admit(&a); err != nil {
 			return c.refused(err)
@@ -102,31 +128,46 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return resp, nil // most requests: a plain answer, nothing to learn
 			}
 		}
-		var o outcome
-		c.judge(&o, &a, resp, err, &scan)
-		c.observe(&a, &o)
-		if t.cfg.hooks.OnAttemptDone != nil {
-			c.logAttemptDone(&o)
-		}
-		if !o.retry {
-			if o.plain() { // most requests: a 2xx or 3xx, no verdict to keep
-				return o.resp, nil
-			}
-			return c.finish(&o, nil)
-		}
-		if c.ctx.Err() != nil {
-			return c.canceled(o.resp, o.err)
-		}
-		wait, stop := c.plan(&o)
-		if stop != nil {
-			return c.finish(&o, stop)
-		}
-		c.logRetry(&o, wait)
-		discard(o.resp)
-		if err := c.sleep(wait, nil); err != nil {
-			return c.canceled(nil, err)
+		if resp, err, again := c.decide(&a, resp, err, &scan); !again {
+			return resp, err
 		}
 	}
+}
+
+// decide judges an attempt that was not a quiet answer (scan is resp's
+// header, read once), tells the upstream what it says, and either returns
+// what RoundTrip returns (again false) or waits for the next attempt
+// (again true).
+func (c *call) decide(a *admission, resp *http.Response, err error, scan *headerScan) (_ *http.Response, _ error, again bool) {
+	var o outcome
+	c.judge(&o, a, resp, err, scan)
+	c.observe(a, &o)
+	if c.t.cfg.hooks.OnAttemptDone != nil {
+		c.logAttemptDone(&o)
+	}
+	if !o.retry {
+		if o.plain() { // most requests: a 2xx or 3xx, no verdict to keep
+			return o.resp, nil, false
+		}
+		resp, err := c.finish(&o, nil)
+		return resp, err, false
+	}
+	if c.ctx.Err() != nil {
+		resp, err := c.canceled(o.resp, o.err)
+		return resp, err, false
+	}
+	wait, stop := c.plan(&o)
+	if stop != nil {
+		resp, err := c.finish(&o, stop)
+		return resp, err, false
+	}
+	c.logRetry(&o, wait)
+	discard(o.resp)
+	if err := c.sleep(wait, nil); err != nil {
+		resp, err := c.canceled(nil, err)
+		return resp, err, false
+	}
+	return nil, nil, true
 }
 
 // call is the state of one RoundTrip: the caller's request, the policy that
@@ -157,13 +198,9 @@ type call struct {
 	inTokens, outTokens int
 }
 
-// begin checks the request and prepares the call, which must be the zero
-// call. A request that can never succeed is refused here, before anything
-// is sent.
-func (t *RetryTransport) begin(c *call, req *http.Request) error {
-	if err := validateRequest(req, t.upstreams.lastHost()); err != nil {
-		return invalid(req, err)
-	}
+// begin prepares the call for req, which validateRequest found valid; c
+// must be the zero call.
+func (t *RetryTransport) begin(c *call, req *http.Request) {
 	// Field by field: c is already zero, and a composite literal would
 	// build the whole call aside and copy it over.
 	c.t, c.req, c.ctx, c.policy = t, req, req.Context(), &t.cfg.policy
@@ -181,7 +218,6 @@ func (t *RetryTransport) begin(c *call, req *http.Request) error {
 	if c.policy.idempotencyKey { // else no header to stamp, none to copy
 		c.header = c.policy.stampHeaders(req)
 	}
-	return nil
 }
 
 // invalid refuses a request that can never succeed (err says why),

@@ -48,7 +48,12 @@ func checkRequest(req *http.Request, knownHost string) error {
 	case !commonMethod(req.Method) && !isToken(req.Method):
 		return fmt.Errorf("%w: invalid method %q", ErrInvalidRequest, req.Method)
 	}
-	n := len(req.Header)
+	return validHeaders(req.Header)
+}
+
+// validHeaders checks a request's header: valid field names and values.
+func validHeaders(h http.Header) error {
+	n := len(h)
 	if n == 0 {
 		return nil // most GETs: no map iteration to start
 	}
@@ -58,7 +63,7 @@ func checkRequest(req *http.Request, knownHost string) error {
 		// random numbers for its order).
 		found := 0
 		for _, name := range commonRequestKeys {
-			if values, ok := req.Header[name]; ok {
+			if values, ok := h[name]; ok {
 				if err := validHeaderValues(name, values); err != nil {
 					return err
 				}
@@ -68,7 +73,7 @@ func checkRequest(req *http.Request, knownHost string) error {
 			}
 		}
 	}
-	for name, values := range req.Header {
+	for name, values := range h {
 		if !isToken(name) {
 			return fmt.Errorf("%w: invalid header field name %q", ErrInvalidRequest, name)
 		}
