@@ -452,7 +452,7 @@ func (c *call) observe(a *admission, o *outcome) {
 		a.pass.fineWait = o.fineWait
 	}
 	now := c.t.cfg.clock.Now()
-	held, mode := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
+	held, mode, late := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
 	if o.throttled {
 		if w, ok := u.retryWait(now); ok && (o.serverWait == 0 || w < o.serverWait) {
 			// A fixed window's learned end: the retry takes its turn
@@ -467,6 +467,20 @@ func (c *call) observe(a *admission, o *outcome) {
 	}
 	if mode == paceObserved {
 		c.logObservedPace(u, o.stated)
+	}
+	if late {
+		c.logLateResets(u)
+	}
+}
+
+// logLateResets says once per upstream, at info, that its resets were seen
+// to run late (see pacer.lateResets): its quota read full more than a
+// second before the reset it had stated, so its resets no longer bound the
+// pace. A server clock ahead of its Date (a proxy's), or no Date at all.
+func (c *call) logLateResets(u *upstream) {
+	if l := c.t.cfg.logger; l != nil {
+		l.LogAttrs(c.ctx, slog.LevelInfo, "retryhttp: the upstream's resets run late; pacing by what its quota does",
+			slog.String("key", u.key.String()), slog.String("reason", "its quota was full again more than a second before the reset it stated"))
 	}
 }
 

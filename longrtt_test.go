@@ -3,12 +3,16 @@
 package retryhttp
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/retryhttp/retryhttp/retrytest"
+	"github.com/stretchr/testify/assert"
 )
 
 // longBucketOfOne is a bucket of one (5 a second, 20 callers sending 3
@@ -123,4 +127,17 @@ func TestLongRoundTripRampWaitsForEveryAnswerOfAStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLateResetsAreReportedOnce: a bucket whose resets run 5 s ahead of
+// the Date (a proxy's) is found to run them late, and the log says so
+// once, at info; every request still completes.
+func TestLateResetsAreReportedOnce(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	w := world{family: "anthropic", rounding: retrytest.RoundUp, offset: 5 * time.Second, retryAfter: retrytest.RetryAfterSeconds,
+		load: workloads[0], proxyDate: true}
+	got := runWorld(t, w, func(b http.RoundTripper) http.RoundTripper { return New(b, WithLogger(logger)) })
+	assert.Zero(t, got.failed)
+	assert.Equal(t, 1, strings.Count(buf.String(), "resets run late"), buf.String())
 }

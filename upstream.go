@@ -21,6 +21,7 @@ type upstream struct {
 	free           atomic.Bool
 	key            upstreamKey   // which upstream
 	loggedObserved atomic.Bool   // the observed pace has been logged
+	toldLate       bool          // lateResets has been reported (see observe); under mu
 	touched        atomic.Uint64 // when last used (see upstreamTable)
 	born           time.Time     // when first seen
 
@@ -382,11 +383,12 @@ func (p pass) answeredFree(now time.Time) {
 // it put in force or moved later (zero if none), for a QuotaBackend to share.
 //
 // entered is the pacer's mode when this outcome moved it to another one,
-// else paceOff.
-func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time, entered paceMode) {
+// else paceOff. late reports, once per upstream, that its resets were
+// found to run late (see pacer.spotLateResets).
+func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time, entered paceMode, late bool) {
 	u := p.u
 	if u == nil {
-		return time.Time{}, paceOff
+		return time.Time{}, paceOff, false
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -446,7 +448,10 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if moved {
 		held = u.hold.end
 	}
-	return held, paceOff
+	if u.lateResets && !u.toldLate {
+		u.toldLate, late = true, true
+	}
+	return held, paceOff, late
 }
 
 // serverNow is the upstream's clock at local time now, by what h's Date and
