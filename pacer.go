@@ -853,7 +853,7 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 	p.liftCeiling(now)
 	coarse := coarseBucket(l)
 	if coarse {
-		p.spotLateResets(now, q)
+		p.spotLateResets(now, q, sent)
 		p.coarse, p.limit = true, q.Limit
 		p.countDry(now, q)
 		p.spotLump(now, q, sent)
@@ -916,28 +916,32 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 	p.syncRemaining(now, q, sent)
 }
 
-// spotLateResets sets lateResets when q, a coarse bucket read at now, is
-// full (but for the attempt it answers) while the latest reading before it
-// said it would not be before a reset more than lateBy away: its resets
-// run late, and bound no rate from above. A whole-second reset rounded up
-// is at most a second late. (A fixed window told by its lumps learns its
-// end from its answers: see windowEdge.)
+// spotLateResets sets lateResets when q, a coarse bucket read at now in
+// answer to the sent-th attempt, is full (but for that attempt) while the
+// latest reading, of an attempt sent before it, said it would not be
+// before a reset more than lateBy away: its resets run late, and bound no
+// rate from above. (Answers come back in any order: one to an earlier
+// attempt, read full, says nothing of a later one's reset. A fixed window
+// told by its lumps learns its end from its answers: see windowEdge.)
 //
 // Without this, a bucket of 4 at 40 a second whose resets ran 5 s ahead
 // of its Date was paced at one request every 3 s: each reading said full,
 // and each stated a reset 6 s away, which capped the pace there; 3 of 4
 // requests failed, unable to wait their turn.
-func (p *pacer) spotLateResets(now time.Time, q Quota) {
+func (p *pacer) spotLateResets(now time.Time, q Quota, sent uint64) {
 	l := p.latest
-	if !p.lumpy && !l.at.IsZero() && !l.reset.IsZero() && q.Remaining >= q.Limit-1 && l.reset.Sub(now) > lateBy {
+	if !p.lumpy && !l.at.IsZero() && !l.reset.IsZero() && sent >= l.sent && q.Remaining >= q.Limit-1 && l.reset.Sub(now) > lateBy {
 		p.lateResets = true
 	}
 }
 
 // lateBy is how much later than a quota read full a reading's reset must
-// have said it would be, for the resets to be late: a second of rounding,
-// and a margin for the answers' trips.
-const lateBy = time.Second + 200*time.Millisecond
+// have said it would be, for the resets to be late: a second of rounding
+// up, a second more for the Date that placed it, cut down to the second
+// (until the server's clock is learned, see serverClock), and a margin for
+// the answers' trips. At 1.2 s, a server with an exact clock whose first
+// answer came late in its second was flagged late.
+const lateBy = 2*time.Second + 200*time.Millisecond
 
 // liftCeiling raises the ceiling a 429 left on a measured pace by
 // rateRecover for every ceilingLift that passes with requests waiting on the

@@ -1,6 +1,8 @@
 package retryhttp
 
 import (
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -437,5 +439,63 @@ func TestLateResetsAreSpottedWhenTheBucketIsFullBeforeThem(t *testing.T) {
 		p.sent++
 		p.learn(now, lateBucket(3, now, tc.lead), p.sent)
 		assert.Equal(t, tc.late, p.lateResets, "resets %v ahead", tc.lead)
+	}
+}
+
+// slowBucket is an Anthropic-style bucket of 10 refilling one a second,
+// read with remaining units left when the server counted the attempt at
+// counted; its reset (when it is full again) exact, on whole seconds.
+func slowBucket(remaining int64, counted time.Time) RateLimits {
+	return RateLimits{Replenishing: true, Requests: Quota{Limit: 10, Remaining: remaining, HasLimit: true, HasRemaining: true,
+		Reset: counted.Add(time.Duration(10-remaining) * time.Second), Coarse: true}}
+}
+
+// Answers come back in any order. Two requests sent at once to a full
+// bucket whose resets are exact: the server counts the first (9 left, full
+// in 1 s), then the second (8 left, full in 2 s), whose answer comes back
+// first. The first's, read full half a second later, says nothing of the
+// reset the second's stated; nor does an hourly window's first answer,
+// back after its fifth's.
+func TestAnswersOutOfOrderDoNotMakeResetsLate(t *testing.T) {
+	p := &pacer{sent: 2}
+	p.learn(testStart.Add(300*time.Millisecond), slowBucket(8, testStart), 2)
+	p.learn(testStart.Add(500*time.Millisecond), slowBucket(9, testStart), 1)
+	assert.False(t, p.lateResets, "a bucket's")
+
+	end := testStart.Add(time.Hour)
+	w := func(remaining int64) RateLimits {
+		return RateLimits{Requests: Quota{Limit: 5000, Remaining: remaining, HasLimit: true, HasRemaining: true, Reset: end, Coarse: true}}
+	}
+	p = &pacer{sent: 5}
+	p.learn(testStart.Add(300*time.Millisecond), w(4995), 5)
+	p.learn(testStart.Add(500*time.Millisecond), w(4999), 1)
+	assert.False(t, p.lateResets, "a window's")
+}
+
+// A server whose clock is ours, its Date cut down to the second and its
+// resets rounded up, is never taken for one whose resets run late, wherever
+// in the second its first answer comes: placed by that Date before the
+// server's clock is learned, a reset rounded up reads up to 2 s late.
+func TestExactResetsPlacedByADateCutDownAreNotLate(t *testing.T) {
+	answer := func(now time.Time, remaining int64) http.Header {
+		full := now.Add(25 * time.Millisecond * time.Duration(4-remaining))
+		reset := full.Truncate(time.Second)
+		if reset.Before(full) {
+			reset = reset.Add(time.Second)
+		}
+		return http.Header{"Date": {now.UTC().Format(http.TimeFormat)},
+			"Anthropic-Ratelimit-Requests-Limit": {"4"}, "Anthropic-Ratelimit-Requests-Remaining": {fmt.Sprint(remaining)},
+			"Anthropic-Ratelimit-Requests-Reset": {reset.UTC().Format(time.RFC3339)}}
+	}
+	for _, frac := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond, 950 * time.Millisecond} {
+		u := &upstream{start: slowStart{phase: open}}
+		now := testStart.Add(frac)
+		for i, remaining := range []int64{1, 3} {
+			u.sentOne()
+			h := answer(now, remaining)
+			pass{u: u, sent: uint64(i + 1)}.observe(now, readRateLimits(h, now, u.serverNow(h, now)), 0, false, true)
+			now = now.Add(200 * time.Millisecond)
+		}
+		assert.False(t, u.lateResets, "first answer %v into the second", frac)
 	}
 }
