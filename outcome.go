@@ -365,8 +365,11 @@ func statusHealth(code int) health {
 func (o *outcome) readWaits(now time.Time) {
 	h := o.resp.Header
 	if d, ok := ParseRetryAfter(h, now); ok {
-		o.retryAfter, o.serverWait = d, d
 		_, o.fineWait = parseRetryAfterMs(h.Get("Retry-After-Ms"))
+		o.retryAfter, o.serverWait = d, d // the request's own wait: a floor
+		if !o.fineWait {
+			o.retryAfter = finerWait(d, o.limits, now) // the upstream's hold
+		}
 		return
 	}
 	code := o.resp.StatusCode
@@ -380,6 +383,33 @@ func (o *outcome) readWaits(now time.Time) {
 	if code == http.StatusForbidden && o.retry {
 		o.serverWait = rateLimitFallbackWait
 	}
+}
+
+// finerWait is how long a 429 holds the upstream, for the requests other
+// than the refused one, whose own wait stays d (the server's wait is a
+// floor for the retry): d, a Retry-After in whole seconds (or a date), or
+// sooner when the same answer states to the millisecond when each quota
+// it found exhausted has a unit again (OpenAI's durations): a whole-second
+// Retry-After is that time rounded up, coarse evidence where the reset is
+// exact. A bucket of one at 5 a second that refused an attempt 1 ms early
+// said "Retry-After: 1" and "reset: 1ms"; holding every request for the
+// second cost five units.
+func finerWait(d time.Duration, l RateLimits, now time.Time) time.Duration {
+	until, fine := time.Time{}, false
+	for _, k := range dimensions {
+		q := l.Quota(k)
+		if !q.Exhausted() {
+			continue
+		}
+		if q.Coarse || q.Reset.IsZero() {
+			return d
+		}
+		until, fine = later(until, q.Reset), true
+	}
+	if !fine {
+		return d
+	}
+	return min(d, max(until.Sub(now), time.Millisecond))
 }
 
 // localError reports an attempt error that comes from the request or the

@@ -759,3 +759,42 @@ func TestHeadroomGoesAsACoarseResetComes(t *testing.T) {
 		})
 	}
 }
+
+// A 429 whose Retry-After names whole seconds while the same answer states
+// to the millisecond when the exhausted quota has a unit again holds the
+// upstream until that time: the whole second is that time rounded up. A
+// bucket of one at 5 a second that refused an attempt 1 ms early said
+// "Retry-After: 1" and "reset: 1ms", and holding every request for the
+// second cost five units. The refused request's own wait stays the
+// Retry-After (a floor). A quota stated in whole seconds, or none found
+// exhausted, leaves the hold as the Retry-After says.
+func TestAWholeSecondRetryAfterGivesWayToAFineResetForTheHold(t *testing.T) {
+	now := testStart
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		hold time.Duration
+	}{
+		{"fine reset", openAIHeaders(1, 0, "1ms"), time.Millisecond},
+		{"fine reset later than the Retry-After", openAIHeaders(1, 0, "3s"), time.Second},
+		{"quota not exhausted", openAIHeaders(10, 3, "1ms"), time.Second},
+		{"coarse reset", http.Header{"Anthropic-Ratelimit-Requests-Limit": {"1"}, "Anthropic-Ratelimit-Requests-Remaining": {"0"},
+			"Anthropic-Ratelimit-Requests-Reset": {now.Add(time.Second).UTC().Format(time.RFC3339)}}, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h.Clone()
+			h.Set("Retry-After", "1")
+			o := outcome{resp: &http.Response{StatusCode: http.StatusTooManyRequests, Header: h}}
+			o.limits = ParseRateLimits(h, now)
+			o.readWaits(now)
+			assert.Equal(t, tc.hold, o.retryAfter, "the upstream's hold")
+			assert.Equal(t, time.Second, o.serverWait, "the request's own wait")
+		})
+	}
+	// Named in milliseconds, the wait is the server's own: it stays.
+	h := openAIHeaders(1, 0, "1ms")
+	h.Set("Retry-After-Ms", "150")
+	o := outcome{resp: &http.Response{StatusCode: http.StatusTooManyRequests, Header: h}, limits: ParseRateLimits(h, now)}
+	o.readWaits(now)
+	assert.Equal(t, 150*time.Millisecond, o.retryAfter)
+}
