@@ -79,7 +79,10 @@
 //   - Observations beat statements: 429s lower the pace (once per round
 //     trip, as TCP does on loss) and lower what readings seemed to prove;
 //     once the server is seen to accept, a 429's hold lasts one unit at the
-//     accepted rate rather than a coarse Retry-After.
+//     accepted rate rather than a coarse Retry-After, and no longer than
+//     the fine reset the same answer states; a bucket read full long before
+//     the reset it stated has resets that bound no rate. The refused
+//     request's own wait stays the Retry-After.
 //   - No headers: after a 429 the upstream is paced at the rate the server
 //     was seen to accept over the last second, doubling while requests wait
 //     and none is refused, cut on a 429 to what a run of 429s measured (or
@@ -88,7 +91,10 @@
 //     got it.
 //
 // The robustness matrix (robustness_test.go, in simulated time) holds these
-// rules against 423 server behaviours; docs/design.md has the figures.
+// rules against 1,197 server behaviours (header families, rounding, clock
+// offsets, Retry-After styles, loads, round trips, callers that think,
+// proxies' Dates, answers whose time varies); docs/design.md has the
+// figures.
 //
 // # Errors
 //
