@@ -454,11 +454,12 @@ func (c *call) observe(a *admission, o *outcome) {
 	now := c.t.cfg.clock.Now()
 	held, mode, late := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
 	if o.throttled {
-		if w, ok := u.retryWait(now); ok && (o.serverWait == 0 || w < o.serverWait) {
+		if w, ok := u.retryWait(now); ok && (o.serverWait == 0 || w < o.serverWait && o.retryAfter == 0) {
 			// A fixed window's learned end: the retry takes its turn
-			// there, not at the stated whole second, nor after a
-			// backoff when the stated time has passed already (a
-			// reset or Retry-After date cut down).
+			// there, not at its stated reset, nor after a backoff
+			// when the stated time has passed already (a reset cut
+			// down). A Retry-After is the server's wait for this
+			// request, a floor: it stays.
 			o.serverWait = max(w, time.Millisecond)
 		}
 	}
@@ -474,13 +475,13 @@ func (c *call) observe(a *admission, o *outcome) {
 }
 
 // logLateResets says once per upstream, at info, that its resets were seen
-// to run late (see pacer.lateResets): its quota read full more than a
-// second before the reset it had stated, so its resets no longer bound the
+// to run late (see pacer.lateResets): its quota read full more than 2 s
+// before the reset it had stated, so its resets no longer bound the
 // pace. A server clock ahead of its Date (a proxy's), or no Date at all.
 func (c *call) logLateResets(u *upstream) {
 	if l := c.t.cfg.logger; l != nil {
 		l.LogAttrs(c.ctx, slog.LevelInfo, "retryhttp: the upstream's resets run late; pacing by what its quota does",
-			slog.String("key", u.key.String()), slog.String("reason", "its quota was full again more than a second before the reset it stated"))
+			slog.String("key", u.key.String()), slog.String("reason", "its quota was full again more than 2 s before the reset it stated"))
 	}
 }
 

@@ -8,11 +8,14 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/retryhttp/retryhttp/retrytest"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // longBucketOfOne is a bucket of one (5 a second, 20 callers sending 3
@@ -157,4 +160,43 @@ func TestJitteredAnswersKeepABucketOfOnesPace(t *testing.T) {
 		t.Errorf("%.2fx the ideal, %d failed, %d saw a 429: want none failed, at most 2 seeing a 429, within 1.3x",
 			ratio, got.failed, got.saw429)
 	}
+}
+
+// TestAWindowsRefusalWaitsOutItsRetryAfter: a request a fixed window
+// refused retries no sooner than its Retry-After, a floor for the retry,
+// even once the window's end, learned from the answers, comes sooner (a
+// window ending 219 ms into the second, its Retry-After rounded up to the
+// whole second). On the code before, the retry went at the learned end.
+func TestAWindowsRefusalWaitsOutItsRetryAfter(t *testing.T) {
+	w := world{family: "github", rounding: retrytest.RoundUp, retryAfter: retrytest.RetryAfterSeconds,
+		load: workloads[1], phase: 219 * time.Millisecond}
+	var mu sync.Mutex
+	due := map[string]time.Time{} // a refused request's earliest retry
+	early, refused := 0, 0
+	synctest.Test(t, func(t *testing.T) {
+		time.Sleep(w.phase)
+		srv := retrytest.NewTransport(w.config())
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			id := r.Header.Get("X-Sim-Request")
+			mu.Lock()
+			if at, ok := due[id]; ok && time.Now().Before(at) {
+				early++
+			}
+			mu.Unlock()
+			time.Sleep(w.roundTrip())
+			resp, err := srv.RoundTrip(r)
+			if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+				wait, _ := ParseRetryAfter(resp.Header, time.Now())
+				mu.Lock()
+				refused++
+				due[id] = time.Now().Add(wait)
+				mu.Unlock()
+			}
+			return resp, err
+		})
+		failed, _ := sendBurst(&http.Client{Transport: New(base)}, w.load.callers, w.load.each, 0)
+		assert.Zero(t, failed)
+	})
+	require.Positive(t, refused, "the window refused some")
+	assert.Zero(t, early, "retries sent before their Retry-After, of %d refused", refused)
 }

@@ -367,7 +367,7 @@ func (o *outcome) readWaits(now time.Time) {
 	if d, ok := ParseRetryAfter(h, now); ok {
 		_, o.fineWait = parseRetryAfterMs(h.Get("Retry-After-Ms"))
 		o.retryAfter, o.serverWait = d, d // the request's own wait: a floor
-		if !o.fineWait {
+		if !o.fineWait && o.resp.StatusCode == http.StatusTooManyRequests {
 			o.retryAfter = finerWait(d, o.limits, now) // the upstream's hold
 		}
 		return
@@ -388,10 +388,10 @@ func (o *outcome) readWaits(now time.Time) {
 // finerWait is how long a 429 holds the upstream, for the requests other
 // than the refused one, whose own wait stays d (the server's wait is a
 // floor for the retry): d, a Retry-After in whole seconds (or a date), or
-// sooner when the same answer states to the millisecond when each quota
-// it found exhausted has a unit again (OpenAI's durations): a whole-second
-// Retry-After is that time rounded up, coarse evidence where the reset is
-// exact. A bucket of one at 5 a second that refused an attempt 1 ms early
+// sooner when the same answer states finely when each quota it found
+// exhausted has a unit again (OpenAI's durations) and d is no more than
+// that time rounded up to the second: coarse evidence where the reset is
+// exact. (A 503's Retry-After, the breaker's hint, is left as it is.) A bucket of one at 5 a second that refused an attempt 1 ms early
 // said "Retry-After: 1" and "reset: 1ms"; holding every request for the
 // second cost five units.
 func finerWait(d time.Duration, l RateLimits, now time.Time) time.Duration {
@@ -406,10 +406,14 @@ func finerWait(d time.Duration, l RateLimits, now time.Time) time.Duration {
 		}
 		until, fine = later(until, q.Reset), true
 	}
-	if !fine {
+	w := until.Sub(now)
+	if !fine || d > max(w, 0)+time.Second {
+		// Not that time rounded up to the second: the server holds
+		// for another reason (a penalty, a daily quota), and every
+		// request waits it out.
 		return d
 	}
-	return min(d, max(until.Sub(now), time.Millisecond))
+	return min(d, max(w, time.Millisecond))
 }
 
 // localError reports an attempt error that comes from the request or the

@@ -94,11 +94,11 @@ type pacer struct {
 	// the bucket is full, or a measured pace draws a 429: the server cuts
 	// its resets down (or to the nearest second), so they may be early.
 	earlyResets bool
-	// lateResets is set once a whole-second quota reads full (or a new
-	// window) more than a second before the reset a reading before it
-	// stated: its resets run on a clock ahead of the Date's (a proxy's
-	// Date in front of a server whose clock is ahead, or no Date), and
-	// bound no rate from above.
+	// lateResets is set once a whole-second quota reads full more than
+	// lateBy before the reset a reading before it stated (see
+	// spotLateResets): its resets run on a clock ahead of the Date's (a
+	// proxy's Date in front of a server whose clock is ahead, or no
+	// Date), and bound no rate from above.
 	lateResets bool
 	latest     reading // the reading that covers the most attempts sent
 	limit      int64   // the quota's size, as the latest reading gave it
@@ -921,8 +921,10 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 // latest reading, of an attempt sent before it, said it would not be
 // before a reset more than lateBy away: its resets run late, and bound no
 // rate from above. (Answers come back in any order: one to an earlier
-// attempt, read full, says nothing of a later one's reset. A fixed window
-// told by its lumps learns its end from its answers: see windowEdge.)
+// attempt, read full, says nothing of a later one's reset, nor does one to
+// an attempt sent while the upstream was free, which has no number. A
+// fixed window told by its lumps learns its end from its answers: see
+// windowEdge.)
 //
 // Without this, a bucket of 4 at 40 a second whose resets ran 5 s ahead
 // of its Date was paced at one request every 3 s: each reading said full,
@@ -930,7 +932,7 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 // requests failed, unable to wait their turn.
 func (p *pacer) spotLateResets(now time.Time, q Quota, sent uint64) {
 	l := p.latest
-	if !p.lumpy && !l.at.IsZero() && !l.reset.IsZero() && sent >= l.sent && q.Remaining >= q.Limit-1 && l.reset.Sub(now) > lateBy {
+	if !p.lumpy && !l.at.IsZero() && !l.reset.IsZero() && sent > 0 && sent >= l.sent && q.Remaining >= q.Limit-1 && l.reset.Sub(now) > lateBy {
 		p.lateResets = true
 	}
 }

@@ -470,6 +470,13 @@ func TestAnswersOutOfOrderDoNotMakeResetsLate(t *testing.T) {
 	p.learn(testStart.Add(300*time.Millisecond), w(4995), 5)
 	p.learn(testStart.Add(500*time.Millisecond), w(4999), 1)
 	assert.False(t, p.lateResets, "a window's")
+
+	// Attempts sent while the upstream was free have no number (0): their
+	// answers' order is unknown.
+	p = &pacer{sent: 2}
+	p.learn(testStart.Add(300*time.Millisecond), slowBucket(0, testStart), 0)
+	p.learn(testStart.Add(500*time.Millisecond), slowBucket(9, testStart), 0)
+	assert.False(t, p.lateResets, "unnumbered")
 }
 
 // A server whose clock is ours, its Date cut down to the second and its

@@ -798,3 +798,33 @@ func TestAWholeSecondRetryAfterGivesWayToAFineResetForTheHold(t *testing.T) {
 	o.readWaits(now)
 	assert.Equal(t, 150*time.Millisecond, o.retryAfter)
 }
+
+// A Retry-After longer than the fine reset rounded up to the second is the
+// server's hold for another reason (a penalty, a daily quota): the
+// upstream waits it out, whatever an empty bucket's reset says (a reset of
+// 0 or 1 in delta seconds, or a duration). Nor is a 503's Retry-After, the
+// breaker's hint, cut.
+func TestALongerRetryAfterHoldsWhateverTheReset(t *testing.T) {
+	now := testStart
+	for _, tc := range []struct {
+		name   string
+		status int
+		h      http.Header
+	}{
+		{"OpenAI duration", http.StatusTooManyRequests, openAIHeaders(1, 0, "20ms")},
+		{"OpenAI 0s", http.StatusTooManyRequests, openAIHeaders(10, 0, "0s")},
+		{"IETF delta 1", http.StatusTooManyRequests, http.Header{"Ratelimit-Limit": {"10"}, "Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"1"}}},
+		{"IETF delta 0", http.StatusTooManyRequests, http.Header{"Ratelimit-Limit": {"10"}, "Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"0"}}},
+		{"503", http.StatusServiceUnavailable, openAIHeaders(1, 0, "20ms")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h.Clone()
+			h.Set("Retry-After", "30")
+			o := outcome{resp: &http.Response{StatusCode: tc.status, Header: h}}
+			o.limits = ParseRateLimits(h, now)
+			o.readWaits(now)
+			assert.Equal(t, 30*time.Second, o.retryAfter, "the upstream's hold")
+			assert.Equal(t, 30*time.Second, o.serverWait)
+		})
+	}
+}

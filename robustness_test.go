@@ -411,12 +411,13 @@ func gap(w world) string {
 	case w.family == "github" && w.load.rate >= lumpMinLimit:
 		return "a fixed window of a second, its resets whole seconds (up to a second late or early when it ends within the second): " +
 			"told from a bucket by its lumps after the first window, its end then learned from the answers (windowEdge), the runs " +
-			"finish level with the plain loop whose retries a second apart land in each window at once (100 a second: 8-11 ms " +
-			"ahead, 99 ms or more with 20 ms answers; 40 a second: 3 ms or more ahead, 38 ms or more with 20 ms answers), at most " +
-			"10 of 240 (17 of 500) requests seeing a 429. Over 24 runs of these 192 cells (4,608), none missed a target (4 before " +
-			"a coarse reset's headroom went as the reset came, 96 of 3,840 before the window fixes). With callers that think 0.1 " +
-			"to 3 ms, about 1 run in 40 of the 100 a second cells ending within the second loses a unit of the first window, paced " +
-			"as a bucket toward a reset read past its end, and the burst ends a window late (1.25x, 0.7-1.0 s behind the plain loop)"
+			"finish close to the plain loop whose retries a second apart land in each window at once, at most 10 of 240 (17 of " +
+			"500) requests seeing a 429. A request a window refused waits out its Retry-After (a floor for the retry), a whole " +
+			"second rounded up where the window may end sooner: at 100 a second with 2 ms answers the burst ends up to 0.24 s " +
+			"behind the plain loop (8-11 ms ahead when the retry went at the window's learned end instead, which the contract " +
+			"forbids), and with 20 ms answers a first window left part unused costs one at the end now and then (1.26-1.30x). " +
+			"With callers that think 0.1 to 3 ms, about 1 run in 40 of the 100 a second cells ending within the second loses a " +
+			"unit of the first window, paced as a bucket toward a reset read past its end (1.25x)"
 	case w.family == "none" && w.load.burst == 1 && w.retryAfter != retrytest.RetryAfterMillis:
 		return "a header-less bucket of one whose 429s name whole seconds, or no wait: 3 of 60 requests see a 429, at the " +
 			"5% limit (two in slow start's first step, one where the observed pace's first climb overshoots; a wait in " +
@@ -498,12 +499,17 @@ func TestRobustnessMatrix(t *testing.T) {
 					t.Errorf("with times ahead of the Date every request must complete within 3x the ideal, at most 15%% "+
 						"seeing a 429: %s", strings.Join(misses, "; "))
 				}
-				window := w.family == "github" && w.load.rate >= lumpMinLimit
+				window := w.family == "github" && w.load.rate >= lumpMinLimit && !w.proxyDate && !w.jitter // those held to their own
 				// The first windows paced as a bucket now and then
 				// cost whole windows (see gap), never some
 				// milliseconds at the last one.
 				lostWindows := got.wall >= base.wall+900*time.Millisecond
-				allowed429, lag := most429(w), 5*time.Millisecond
+				// A request refused by a window waits out its
+				// Retry-After (a floor), a whole second rounded up
+				// where the window may end sooner: at 2 ms the burst
+				// ends up to 0.24 s behind the plain loop, whose
+				// refusals all come at a window's start.
+				allowed429, lag := most429(w), 300*time.Millisecond
 				if long {
 					// Measured 38 ms or more ahead of the plain loop,
 					// but a first window left part unused (see gap)
