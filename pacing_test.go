@@ -760,6 +760,16 @@ func TestHeadroomGoesAsACoarseResetComes(t *testing.T) {
 	}
 }
 
+// waitsOf is what readWaits makes, at now, of an answer of status with
+// header h and a Retry-After of retryAfter.
+func waitsOf(now time.Time, status int, h http.Header, retryAfter string) outcome {
+	h = h.Clone()
+	h.Set("Retry-After", retryAfter)
+	o := outcome{resp: &http.Response{StatusCode: status, Header: h}, limits: ParseRateLimits(h, now)}
+	o.readWaits(now)
+	return o
+}
+
 // A 429 whose Retry-After names whole seconds while the same answer states
 // to the millisecond when the exhausted quota has a unit again holds the
 // upstream until that time: the whole second is that time rounded up. A
@@ -782,11 +792,7 @@ func TestAWholeSecondRetryAfterGivesWayToAFineResetForTheHold(t *testing.T) {
 			"Anthropic-Ratelimit-Requests-Reset": {now.Add(time.Second).UTC().Format(time.RFC3339)}}, time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := tc.h.Clone()
-			h.Set("Retry-After", "1")
-			o := outcome{resp: &http.Response{StatusCode: http.StatusTooManyRequests, Header: h}}
-			o.limits = ParseRateLimits(h, now)
-			o.readWaits(now)
+			o := waitsOf(now, http.StatusTooManyRequests, tc.h, "1")
 			assert.Equal(t, tc.hold, o.retryAfter, "the upstream's hold")
 			assert.Equal(t, time.Second, o.serverWait, "the request's own wait")
 		})
@@ -818,11 +824,7 @@ func TestALongerRetryAfterHoldsWhateverTheReset(t *testing.T) {
 		{"503", http.StatusServiceUnavailable, openAIHeaders(1, 0, "20ms")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := tc.h.Clone()
-			h.Set("Retry-After", "30")
-			o := outcome{resp: &http.Response{StatusCode: tc.status, Header: h}}
-			o.limits = ParseRateLimits(h, now)
-			o.readWaits(now)
+			o := waitsOf(now, tc.status, tc.h, "30")
 			assert.Equal(t, 30*time.Second, o.retryAfter, "the upstream's hold")
 			assert.Equal(t, 30*time.Second, o.serverWait)
 		})
