@@ -391,26 +391,22 @@ func (o *outcome) readWaits(now time.Time) {
 // sooner when the same answer states finely when each quota it found
 // exhausted has a unit again (OpenAI's durations) and d is no more than
 // that time rounded up to the second: coarse evidence where the reset is
-// exact. (A 503's Retry-After, the breaker's hint, is left as it is.) A bucket of one at 5 a second that refused an attempt 1 ms early
+// exact. A bucket of one at 5 a second that refused an attempt 1 ms early
 // said "Retry-After: 1" and "reset: 1ms"; holding every request for the
-// second cost five units.
+// second cost five units. (A 503's Retry-After, the breaker's hint, is
+// left as it is: readWaits calls this for 429s only.)
 func finerWait(d time.Duration, l RateLimits, now time.Time) time.Duration {
-	until, fine := time.Time{}, false
 	for _, k := range dimensions {
-		q := l.Quota(k)
-		if !q.Exhausted() {
-			continue
+		if q := l.Quota(k); q.Exhausted() && (q.Coarse || q.Reset.IsZero()) {
+			return d // a reset no finer than the Retry-After, or none
 		}
-		if q.Coarse || q.Reset.IsZero() {
-			return d
-		}
-		until, fine = later(until, q.Reset), true
 	}
+	until := exhaustedUntil(l)
 	w := until.Sub(now)
-	if !fine || d > max(w, 0)+time.Second {
-		// Not that time rounded up to the second: the server holds
-		// for another reason (a penalty, a daily quota), and every
-		// request waits it out.
+	if until.IsZero() || d > max(w, 0)+time.Second {
+		// Nothing found exhausted, or not that time rounded up to the
+		// second: the server holds for another reason (a penalty, a
+		// daily quota), and every request waits it out.
 		return d
 	}
 	return min(d, max(w, time.Millisecond))

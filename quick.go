@@ -136,10 +136,10 @@ type firstAttempt struct {
 }
 
 // resume makes f the call's first attempt, as admit and send would have
-// made it, and returns what send would have. What follows the base
-// transport's answer is send's, for an attempt that went out as the
-// caller's request, with no timer, no WithMaxConcurrency slot and no
-// booking on the client-side limits (quickAllowed, quickTrip).
+// made it, and returns what send would have: send's end, for an attempt
+// that went out as the caller's request, with no timer, no
+// WithMaxConcurrency slot and no booking on the client-side limits
+// (quickAllowed, quickTrip).
 func (c *call) resume(a *admission, f *firstAttempt) (*http.Response, error) {
 	c.u, c.attempts = f.u, 1
 	a.pass.u, a.quick, a.limit = f.u, true, f.limit
@@ -147,10 +147,5 @@ func (c *call) resume(a *admission, f *firstAttempt) (*http.Response, error) {
 	if err != nil || resp == nil {
 		return nil, c.sendFailed(a, nil, nil, err)
 	}
-	if resp.Request == nil || resp.Request == c.req {
-		resp.Request = c.req
-	}
-	c.lastStatus = resp.StatusCode
-	wrapResponseBody(resp, c.attempts, nil, a.limitSlot(), a.limit.epoch)
-	return resp, nil
+	return c.received(a, resp, c.req, nil), nil
 }

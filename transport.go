@@ -270,6 +270,14 @@ func (c *call) send(a *admission) (*http.Response, error) {
 	if err != nil || resp == nil {
 		return nil, c.sendFailed(a, timeout, release, err)
 	}
+	return c.received(a, resp, out, release), nil
+}
+
+// received ends an attempt that got resp, sent as out (the caller's request
+// or a copy of it): the response is the caller's, its status the last seen,
+// its usage metered and its body tracked, releasing at its end what the
+// attempt holds (release, and its adaptive limit's slot).
+func (c *call) received(a *admission, resp *http.Response, out *http.Request, release func()) *http.Response {
 	if resp.Request == nil || resp.Request == out {
 		resp.Request = c.req // the caller's request, not our per-attempt copy
 	}
@@ -278,7 +286,7 @@ func (c *call) send(a *admission) (*http.Response, error) {
 		meterUsage(resp, a.pass.settle)
 	}
 	wrapResponseBody(resp, c.attempts, release, a.limitSlot(), a.limit.epoch)
-	return resp, nil
+	return resp
 }
 
 // sendFailed ends an attempt that got no response: err, or errNoOutcome
