@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,15 @@ const (
 	// below it, latency moves with the client's own scheduling, not the
 	// upstream's queue.
 	latencyMinRise = 5 * time.Millisecond
+	// latencyRecent is how many recent windows (those not judged slower)
+	// tell the typical latency and how much answers vary by themselves;
+	// latencyFence is how many interquartile ranges of the answers above
+	// the typical median a window's median must be to be slower than
+	// that (see outsideNoise). At least latencyRecentMin windows must be
+	// there.
+	latencyRecent    = 16
+	latencyFence     = 1.5
+	latencyRecentMin = 4
 	// limitClasses is how many load classes (powers of two of the
 	// attempts in flight: 1, 2-3, 4-7, ...) keep a baseline of their own.
 	limitClasses = 12
@@ -80,8 +90,10 @@ const (
 //   - Slower: the median latency of each 16 accepted attempts is compared
 //     with the lowest median of the last minute at as much load or more. A
 //     median above LatencyTolerance times that baseline (and 5 ms above
-//     it) is a queue building up in the upstream: the limit is cut as for
-//     a refusal, and does not grow while it lasts.
+//     it) that also lies beyond the answers' own variance (1.5 times their
+//     interquartile range above the typical median of the last 16 windows,
+//     at least 4 of them) is a queue building up in the upstream: the
+//     limit is cut as for a refusal, and does not grow while it lasts.
 //
 // For example, 150 callers against a server that serves 50 at once: the
 // first refusal comes with some 64 attempts out and cuts the limit to 57;
@@ -114,6 +126,13 @@ const (
 //     upstream): the baseline is a median of 16, and only windows at as
 //     much load or more (by powers of two) are compared, so an idle
 //     upstream's latency is not held against a busy one's.
+//   - A bogus minimum from noise: where answers vary widely (a network's
+//     jitter, an LLM API's answers of every length) the medians of 16
+//     vary too, and the lowest of a minute's, or a burst's first window
+//     (its fastest answers come back first), lies far below the typical
+//     median. A window is slower only past a fence the noise does not
+//     reach: 1.5 interquartile ranges of the answers above the typical
+//     median, about six times what a median of 16 varies by.
 type AdaptiveConcurrency struct {
 	// Initial is the limit before the upstream first pushes back. Default
 	// 0: none, the limit is learned from the first refusal.
@@ -638,6 +657,18 @@ type latencyWatch struct {
 	// baseline.
 	slower bool
 	base   [limitClasses]latencyBase
+	// recent are the medians of the last latencyRecent windows not
+	// judged slower, a ring (next is the oldest).
+	recent [latencyRecent]recentWindow
+	next   int
+}
+
+// recentWindow is one window's median, the interquartile range of its
+// answers, its load class and when it closed.
+type recentWindow struct {
+	med, iqr time.Duration
+	at       time.Time
+	class    int
 }
 
 // latencyBase is the lowest window median of a load class: of the current
@@ -670,14 +701,14 @@ func (w *latencyWatch) add(d time.Duration, k int, now time.Time, tol float64) (
 	if w.n < latencySamples {
 		return false, false, 0
 	}
-	med := median(w.lat)
+	med, iqr := quartiles(w.lat)
 	load = float64(w.load) / latencySamples
 	w.restart()
 	w.last = med
 	b := w.baseline(load, now)
-	w.slower = b > 0 && float64(med) > tol*float64(b) && med-b >= latencyMinRise
+	w.slower = b > 0 && float64(med) > tol*float64(b) && med-b >= latencyMinRise && w.outsideNoise(med, load, now)
 	if !w.slower {
-		w.record(med, load, now)
+		w.record(med, iqr, load, now)
 	}
 	return true, w.slower, load
 }
@@ -706,8 +737,50 @@ func (w *latencyWatch) baseline(load float64, now time.Time) time.Duration {
 	return b
 }
 
-// record makes a window that was not slower part of its class's baseline.
-func (w *latencyWatch) record(med time.Duration, load float64, now time.Time) {
+// outsideNoise reports whether a window's median med, at load, lies beyond
+// the latency's own variance: above the typical median by latencyFence
+// times the typical interquartile range of the answers, both the median of
+// the recent windows at as much load or more in the horizon, of which there
+// must be latencyRecentMin.
+//
+// The baseline alone, the lowest median of the horizon, is no measure of a
+// rise when answers vary widely from one to the next (a network's jitter,
+// an LLM API's answers of every length): medians of 16 vary too, the
+// lowest of a minute's lies far below the typical one, and so does a
+// burst's first window, made of its fastest answers. Judged against it
+// alone, a typical window was "slower" every second or so. A median of 16
+// varies by about a quarter of the answers' interquartile range (for a
+// normal spread): the fence lies six of those above the typical median,
+// where noise does not reach and a queue building up, which moves every
+// answer, does.
+func (w *latencyWatch) outsideNoise(med time.Duration, load float64, now time.Time) bool {
+	var meds, iqrs [latencyRecent]time.Duration
+	n, class := 0, loadClass(load)
+	for _, r := range w.recent {
+		if r.med > 0 && r.class >= class && now.Sub(r.at) < latencyHorizon {
+			meds[n], iqrs[n] = r.med, r.iqr
+			n++
+		}
+	}
+	if n < latencyRecentMin {
+		return false
+	}
+	typical, spread := middle(meds[:n]), middle(iqrs[:n])
+	return float64(med) > float64(typical)+latencyFence*float64(spread)
+}
+
+// middle is the median of s (the upper one of the middle two), which it
+// sorts.
+func middle(s []time.Duration) time.Duration {
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// record makes a window that was not slower part of its class's baseline
+// and of the recent windows.
+func (w *latencyWatch) record(med, iqr time.Duration, load float64, now time.Time) {
+	w.recent[w.next] = recentWindow{med: med, iqr: iqr, at: now, class: loadClass(load)}
+	w.next = (w.next + 1) % latencyRecent
 	lb := &w.base[loadClass(load)]
 	lb.roll(now)
 	if lb.cur == 0 || med < lb.cur {
@@ -727,12 +800,9 @@ func (b *latencyBase) roll(now time.Time) {
 	}
 }
 
-// median of the samples (the upper one of the middle two).
-func median(s [latencySamples]time.Duration) time.Duration {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s[len(s)/2]
+// quartiles returns the median of the samples (the upper one of the middle
+// two) and their interquartile range.
+func quartiles(s [latencySamples]time.Duration) (med, iqr time.Duration) {
+	slices.Sort(s[:]) // a copy
+	return s[len(s)/2], s[3*len(s)/4] - s[len(s)/4]
 }

@@ -1,8 +1,10 @@
 package retryhttp
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -629,4 +631,68 @@ func TestAdaptiveLimitJudgesARefusalByAllThatIsInFlight(t *testing.T) {
 	require.Equal(t, 3, out[2].k)
 	assert.True(t, d.answer(out[2], limitRefused, time.Millisecond), "full: 10 in flight")
 	assert.Equal(t, 9, d.limit(), "0.9 × the 10 in flight")
+}
+
+// Failure mode 4, again: a bogus baseline from noise. Latencies that vary
+// widely from one answer to the next, at a steady load (a network's jitter,
+// an LLM API's answers of every length), make window medians that vary too:
+// the lowest of a minute's is far below the typical one, and so was the
+// first window of a burst, made of its fastest answers (they come back
+// first). Judged against either, a typical window looked "slower" every
+// second or so, and the limit was cut under a healthy upstream (a
+// header-less bucket at 100 a second, answers of 5 to 35 ms: cut to 2 in
+// flight, 1.6x the ideal). The baseline is a low quartile of the recent
+// windows, after four of them: it takes a real rise to pass twice it.
+func TestAdaptiveLimitIsNotFooledByJitteredLatency(t *testing.T) {
+	for _, spread := range []struct {
+		name string
+		draw func(*rand.Rand) time.Duration
+	}{
+		{"uniform 5-35ms", func(r *rand.Rand) time.Duration {
+			return 5*time.Millisecond + time.Duration(r.Int64N(int64(30*time.Millisecond)))
+		}},
+		{"lognormal, median 1s", func(r *rand.Rand) time.Duration { // an LLM API's answers
+			return time.Duration(float64(time.Second) * math.Exp(0.6*r.NormFloat64()))
+		}},
+	} {
+		t.Run(spread.name, func(t *testing.T) {
+			d := newLimDriver(t, AdaptiveConcurrency{Initial: 64})
+			rnd := rand.New(rand.NewPCG(3, 4))
+			wave := func(n int) {
+				var sent []limitTicket
+				for len(sent) < n && d.room() {
+					sent = append(sent, d.send())
+				}
+				type answer struct {
+					tk  limitTicket
+					lat time.Duration
+				}
+				answers := make([]answer, len(sent))
+				for i, tk := range sent {
+					answers[i] = answer{tk, spread.draw(rnd)}
+				}
+				// The fastest answers come back first.
+				slices.SortFunc(answers, func(a, b answer) int { return cmp.Compare(a.lat, b.lat) })
+				for _, a := range answers {
+					d.answer(a.tk, limitAccepted, a.lat)
+				}
+				d.now = d.now.Add(answers[len(answers)-1].lat)
+			}
+			wave(48) // a burst: its first window is its 16 fastest answers
+			for d.now.Sub(testStart) < 10*time.Minute {
+				wave(8)
+			}
+			assert.Equal(t, uint32(0), d.l.epoch.Load(), "no decrease: nothing got slower")
+			assert.GreaterOrEqual(t, d.limit(), 64)
+
+			// A real rise is still seen: every answer three times slower.
+			slow := spread.draw
+			spread.draw = func(r *rand.Rand) time.Duration { return 3 * slow(r) }
+			before := d.l.epoch.Load()
+			for i := 0; i < 16 && d.l.epoch.Load() == before; i++ {
+				wave(8)
+			}
+			assert.Equal(t, before+1, d.l.epoch.Load(), "a rise to 3x is a queue building up")
+		})
+	}
 }

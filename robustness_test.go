@@ -401,7 +401,9 @@ func gap(w world) string {
 		return "answers of 5 to 35 ms: no one answer's time tells when the server counted it, so a bucket of one stated " +
 			"to the millisecond (OpenAI) is held half the shortest round trip of late short of its reset and paced a margin " +
 			"under its rate, and now and then an attempt still comes early: 1.23-1.25x the ideal with 1 of 60 seeing a 429; " +
-			"with no headers the observed pace, cut by 429s the varying answers bring, runs 1.2-1.6x with up to 7% seeing one"
+			"with no headers a bucket of one runs 1.26-1.38x with 4 to 6 of 60 seeing one (the observed pace is cut by the " +
+			"429s the varying answers bring). Larger buckets meet the targets (with no headers 1.04-1.23x, up to 20 of 500 " +
+			"seeing a 429; before the adaptive limit told the answers' spread from a rise, it cut them to 2 in flight: 1.6x)"
 	case w.proxyDate:
 		return "resets or Retry-After dates on a server clock 1 or 5 s ahead of the Date (a proxy's): the Date cannot place " +
 			"them, and a bucket read full long before the reset a reading before it stated runs late resets, which then bound " +
@@ -491,8 +493,8 @@ func TestRobustnessMatrix(t *testing.T) {
 				if w.family == "none" && got.saw429 > w.load.requests()*15/100 {
 					t.Errorf("with no headers at most 15%% may see a 429: %d", got.saw429)
 				}
-				if w.jitter && (got.failed > 0 || ratio > 2 || got.saw429 > w.load.requests()/10) {
-					t.Errorf("with answers of 5 to 35 ms every request must complete within 2x the ideal, at most 10%% "+
+				if w.jitter && (got.failed > 0 || ratio > 1.6 || got.saw429 > w.load.requests()/10) {
+					t.Errorf("with answers of 5 to 35 ms every request must complete within 1.6x the ideal, at most 10%% "+
 						"seeing a 429: %s", strings.Join(misses, "; "))
 				}
 				if w.proxyDate && (got.failed > 0 || ratio > 3 || got.saw429 > w.load.requests()*15/100) {

@@ -7,6 +7,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math/rand"
 	"net/http"
 	"os"
 	"strconv"
@@ -41,6 +42,9 @@ const (
 type world struct {
 	name string
 	cfg  retrytest.Config
+	// jitter delays each attempt by 5 to 35 ms of real time, half on the
+	// way out and half on the way back (jitteredTransport).
+	jitter bool
 }
 
 // worldProvider is the common provider of the worlds: family's headers over
@@ -66,40 +70,67 @@ func worlds() []world {
 	}
 	return []world{
 		// Anthropic's resets cut down to the second: up to 1 s early.
-		{"anthropic-floor", with(retrytest.Anthropic, func(c *retrytest.Config) { c.Rounding = retrytest.RoundDown })},
+		{name: "anthropic-floor", cfg: with(retrytest.Anthropic, func(c *retrytest.Config) { c.Rounding = retrytest.RoundDown })},
 		// Anthropic's resets rounded to the nearest second: up to 0.5 s early or late.
-		{"anthropic-nearest", with(retrytest.Anthropic, func(c *retrytest.Config) { c.Rounding = retrytest.RoundNearest })},
+		{name: "anthropic-nearest", cfg: with(retrytest.Anthropic, func(c *retrytest.Config) { c.Rounding = retrytest.RoundNearest })},
 		// The server's clock 3 s ahead of the client's: every reset reads 3 s late.
-		{"anthropic-ahead3s", with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = 3 * time.Second })},
+		{name: "anthropic-ahead3s", cfg: with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = 3 * time.Second })},
 		// The same behind a proxy whose Date is the client's time: the
 		// resets cannot be placed by the Date, and read 3 s late.
-		{"anthropic-ahead3s-proxy", with(retrytest.Anthropic, func(c *retrytest.Config) {
+		{name: "anthropic-ahead3s-proxy", cfg: with(retrytest.Anthropic, func(c *retrytest.Config) {
 			c.ClockOffset = 3 * time.Second
 			c.ProxyDate = true
 		})},
 		// The server's clock 3 s behind: every reset reads 3 s in the past.
-		{"anthropic-behind3s", with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = -3 * time.Second })},
+		{name: "anthropic-behind3s", cfg: with(retrytest.Anthropic, func(c *retrytest.Config) { c.ClockOffset = -3 * time.Second })},
 		// No rate-limit headers at all: 429 and Retry-After only.
-		{"plain", worldProvider(retrytest.Plain)},
+		{name: "plain", cfg: worldProvider(retrytest.Plain)},
+		// No rate-limit headers, and answers that take 5 to 35 ms, drawn
+		// per attempt, as a real network's do (jitteredTransport): no one
+		// answer's time tells the next's.
+		{name: "plain-jitter", cfg: worldProvider(retrytest.Plain), jitter: true},
 		// GitHub's own kind of limit, a fixed window (of one second here,
 		// of an hour on GitHub): its x-ratelimit-* headers read as they
 		// would over a bucket, 429.
-		{"github-window", with(retrytest.GitHub, func(c *retrytest.Config) {
+		{name: "github-window", cfg: with(retrytest.GitHub, func(c *retrytest.Config) {
 			c.RateLimit.Status = http.StatusTooManyRequests
 			c.RateLimit.Window = time.Second
 			c.RateLimit.Burst = int(worldRate)
 		})},
 		// GitHub's x-ratelimit-* headers, reset in epoch seconds, over a
 		// token bucket, 429.
-		{"github-bucket", with(retrytest.GitHub, func(c *retrytest.Config) { c.RateLimit.Status = http.StatusTooManyRequests })},
+		{name: "github-bucket", cfg: with(retrytest.GitHub, func(c *retrytest.Config) { c.RateLimit.Status = http.StatusTooManyRequests })},
 		// The same with GitHub's usual rejection, 403, which only a client
 		// that reads x-ratelimit-remaining: 0 takes for a rate limit.
-		{"github-403", worldProvider(retrytest.GitHub)},
+		{name: "github-403", cfg: worldProvider(retrytest.GitHub)},
 		// Controls: the worlds the goodput benchmark runs.
-		{"openai", worldProvider(retrytest.OpenAI)},
-		{"anthropic-ceil", worldProvider(retrytest.Anthropic)},
-		{"ietf", worldProvider(retrytest.IETF)},
+		{name: "openai", cfg: worldProvider(retrytest.OpenAI)},
+		{name: "anthropic-ceil", cfg: worldProvider(retrytest.Anthropic)},
+		{name: "ietf", cfg: worldProvider(retrytest.IETF)},
 	}
+}
+
+// jitteredTransport delays each attempt through base by 5 to 35 ms, drawn
+// per attempt from a seeded source: half before it is sent, half after its
+// answer came.
+type jitteredTransport struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	rnd  *rand.Rand
+}
+
+func newJitteredTransport(base http.RoundTripper, seed int64) *jitteredTransport {
+	return &jitteredTransport{base: base, rnd: rand.New(rand.NewSource(seed + 1))}
+}
+
+func (j *jitteredTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	j.mu.Lock()
+	d := 5*time.Millisecond + time.Duration(j.rnd.Int63n(int64(30*time.Millisecond)))
+	j.mu.Unlock()
+	time.Sleep(d / 2)
+	resp, err := j.base.RoundTrip(req)
+	time.Sleep(d - d/2)
+	return resp, err
 }
 
 // limit is how many requests the world's provider admits at once: the
@@ -203,7 +234,11 @@ func runWorld(b *testing.B, w world, wrap func(http.RoundTripper) http.RoundTrip
 		b.StopTimer()
 		p := retrytest.NewServer(w.cfg)
 		base := cleanhttp.DefaultPooledTransport()
-		client := &http.Client{Transport: wrap(base)}
+		var under http.RoundTripper = base
+		if w.jitter {
+			under = newJitteredTransport(base, int64(i))
+		}
+		client := &http.Client{Transport: wrap(under)}
 		url := p.URL + "/v1/messages"
 		b.StartTimer()
 		start := time.Now() // before the run's own bound starts
@@ -385,6 +420,7 @@ func TestWorldHeaders(t *testing.T) {
 		"anthropic-ahead3s-proxy": {anthReset: "2026-01-02T03:04:09Z", "Date": "Fri, 02 Jan 2026 03:04:05 GMT"},
 		"anthropic-behind3s":      {anthReset: "2026-01-02T03:04:03Z", "Date": "Fri, 02 Jan 2026 03:04:02 GMT"},
 		"plain":                   {anthReset: "", "X-Ratelimit-Remaining": "", "X-Ratelimit-Remaining-Requests": "", "Ratelimit": ""},
+		"plain-jitter":            {anthReset: "", "X-Ratelimit-Remaining": "", "X-Ratelimit-Remaining-Requests": "", "Ratelimit": ""},
 		"github-window":           {"X-Ratelimit-Limit": "40", "X-Ratelimit-Remaining": "39", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+2, 10)},
 		"github-bucket":           {"X-Ratelimit-Limit": "4", "X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
 		"github-403":              {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
