@@ -10,7 +10,10 @@ import (
 // upstream until the server's time, so one 429 pauses the key instead of
 // every request finding the limit by itself. Once the pacer knows a rate, a
 // hold lasts at most one unit at that rate: what the server is seen to
-// accept beats a coarse statement.
+// accept beats a coarse statement. So does what it accepted before its
+// first 429, when that names a whole second at most and no rate-limit
+// header came: the observed pace starts at that rate, and the hold lasts a
+// unit of it (the refused request still waits its own Retry-After).
 //
 // Bounded trust: no hold is longer than the bound (WithMaxRetryAfter).
 // Servers' clocks are off and some send absurd values (a reset in the wrong

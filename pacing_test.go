@@ -128,6 +128,39 @@ func TestA429WithoutHeadersPacesAtTheAcceptedRate(t *testing.T) {
 	assert.InDelta(t, 10, u.ceiling, 1e-9, "and caps the doubling there")
 }
 
+// A header-less 429 whose Retry-After is a whole second, the least a
+// bucket's refusal can name in seconds, from an upstream that has been
+// serving: what it served beats the coarse statement, and the others wait
+// one unit at the accepted rate, not the second (a bucket at 100 a second
+// stood idle for 0.9 s at the start of every burst: 1.22x the ideal, now
+// 1.05x). A longer Retry-After is a statement of a longer wait (a penalty,
+// a slow rate) and holds the upstream as long; the refused request itself
+// always waits its own Retry-After (TestServerWaitIsAFloor).
+func TestAWholeSecondRetryAfterHoldsOthersOneUnitOfTheAcceptedRate(t *testing.T) {
+	for _, c := range []struct {
+		retryAfter time.Duration
+		first      time.Duration
+	}{
+		{time.Second, 100 * time.Millisecond},
+		{2 * time.Second, 2 * time.Second},
+	} {
+		u := &upstream{start: slowStart{phase: open}}
+		now := testStart
+		for i := 0; i < 10; i++ { // ten successes over the last second
+			pass{u: u, sent: 1}.observe(now.Add(time.Duration(i)*100*time.Millisecond+50*time.Millisecond), RateLimits{}, 0, false, true)
+		}
+		now = now.Add(time.Second)
+		pass{u: u}.observe(now, RateLimits{}, c.retryAfter, true, true)
+		var turns []time.Duration
+		for i := 0; i < 3; i++ {
+			tn, _, _ := u.schedule(now, 0)
+			turns = append(turns, tn.at.Sub(now))
+		}
+		assert.Equal(t, []time.Duration{c.first, c.first + 100*time.Millisecond, c.first + 200*time.Millisecond}, turns,
+			"Retry-After %v: from %v, at the 10/s accepted", c.retryAfter, c.first)
+	}
+}
+
 func TestSlowStartLetsTheProbeGoAloneThenPaces(t *testing.T) {
 	clk := fakeclock.New(testStart)
 	probeIn := make(chan struct{})

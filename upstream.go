@@ -426,6 +426,14 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 			u.seedAccepts(now)
 		}
 		u.pacer.throttled(now, limits.Known(), hold, p.fineWait, p.sent, p.at)
+		if knew == 0 && was == paceOff && u.mode == paceObserved && hold <= time.Second {
+			// A header-less upstream's first 429, naming a whole
+			// second at most (the least a bucket's refusal says in
+			// seconds): the rate it was seen to serve, where the
+			// observed pace starts, beats that too. A longer wait
+			// is a statement of one (a penalty, a slow rate).
+			knew = u.unitAfter()
+		}
 		if knew > 0 {
 			hold = min(hold, knew) // the pace knows better than a coarse wait
 		}
