@@ -16,11 +16,12 @@ import (
 //   - no rate-limit headers: the upstream is open; the requests queued
 //     behind the probe go on a ramp, so that a server at its limit answers
 //     the first few with a 429 (or a 503) before the rest are sent: after
-//     a fast probe, doubling (1, 2, 4, 8, ...) one and a half round trips
-//     of the probe apart; after a slow one (see slowProbe), doubling once
-//     then quadrupling (1, 2, 12, 48, ...), each step as soon as what was sent before it has
-//     answered (see ramp). Later requests go at once, as if this stage did
-//     not exist;
+//     a fast probe, doubling (1, 2, 4, 8, ...); after a slow one (see
+//     slowProbe), doubling once then quadrupling (1, 2, 12, 48, ...);
+//     each step as soon as what was sent before it has answered (see
+//     ramp), or at its time. Requests that come while the ramp is under
+//     way join it (see ramp.join); later ones go at once, as if this
+//     stage did not exist;
 //   - rate-limit headers: requests are paced (see pacer).
 //
 // A probe that takes longer than slowStartMax tells nothing in time: slow
@@ -73,8 +74,8 @@ type slowStart struct {
 	ramp       ramp      // the ramp after the probe's answer, on answers
 }
 
-// ramp is the ramp the queue goes on after a slow probe's answer that
-// neither paces nor holds the upstream (see slowProbe). Each step goes once
+// ramp is the ramp the queue goes on after a probe's answer that neither
+// paces nor holds the upstream. Each step goes once
 // as many answers are in as attempts were sent up to the last request of
 // the step before it, so that a 429 among them is seen first, or at its
 // time (see rampFrom), whichever comes first. A 429 halts it: the steps
@@ -89,6 +90,9 @@ type slowStart struct {
 // seeing a 429 now and then under -race).
 type ramp struct {
 	sizes    []int         // requests in each step, from 0
+	placed   int           // requests given a place on it (not the probe)
+	factor   int           // how it grows per step (see rampSteps)
+	step     time.Duration // how long a step waits for answers at most
 	gone     int           // the last step let go
 	stepAt   uint64        // the count of answers (upstream.replies) that lets the next step go; 0: none to come
 	wentAt   time.Time     // when the last step was let go
@@ -103,17 +107,71 @@ type ramp struct {
 // ramp is over by end.
 func (r *ramp) begin(now time.Time, sizes []int, sent uint64, together time.Duration, end time.Time) {
 	r.sizes, r.gone, r.stepAt, r.together, r.end = sizes, 0, 0, together, end
+	r.factor, r.step, r.placed = 0, 0, 0
+	for _, n := range sizes {
+		r.placed += n
+	}
 	r.next(now, sent)
+}
+
+// joinable lets requests that arrive while the ramp is under way join it
+// (see join), on steps growing by factor, each waiting for the answers at
+// most step after the one before.
+func (r *ramp) joinable(factor int, step time.Duration) {
+	r.factor, r.step = factor, step
 }
 
 // next sets the count of answers the step after the last one, let go at
 // now, waits for: what was sent so far and that step's requests, at least
-// (see leaving and sending); none if it was the last.
+// (see leaving and sending). After the last step it is the count that
+// ends the ramp (see answered), unless a request joins meanwhile.
 func (r *ramp) next(now time.Time, sent uint64) {
 	r.stepAt, r.wentAt = 0, now
-	if r.gone+1 < len(r.sizes) {
+	if len(r.sizes) > 0 {
 		r.stepAt = sent + uint64(r.sizes[r.gone])
 	}
+}
+
+// join gives a place on the ramp to a request that arrives at now while it
+// is under way, with inFlight attempts out and sent sent so far: a caller
+// whose answer came sends its next request, or a caller that started late.
+// It returns the step (from 1) it waits for and when that goes at the
+// latest; step 0 when it may go now: the steps let go hold more places than
+// are out (its answer made room, as an acknowledgement lets TCP send), or
+// its own place falls in a step let go.
+//
+// Without it, callers that started after the probe's answer went at once,
+// beside the ramp: on loopback, 80 callers starting together over a few
+// milliseconds, a fast probe answered in 0.5 ms, and 50 of them were sent
+// before the first answer of the ramp came back, 10 ms later, every one
+// refused by a bucket of 4 (about 1 run in 10).
+func (r *ramp) join(now time.Time, inFlight, sent uint64) (step int, at time.Time) {
+	if r.factor == 0 || inFlight < uint64(r.room()) {
+		return 0, now
+	}
+	r.placed++
+	k := rampSteps(r.placed, r.factor)
+	if k <= r.gone {
+		r.stepAt = max(r.stepAt, sent+1) // the step waits for it too
+		return 0, now
+	}
+	for len(r.sizes) <= k {
+		r.sizes = append(r.sizes, 0)
+	}
+	r.sizes[k]++
+	at = r.wentAt.Add(r.step * time.Duration(k-r.gone))
+	r.end = later(r.end, at)
+	return k + 1, at
+}
+
+// room is how many attempts the steps let go so far may have out at once:
+// the probe and their places.
+func (r *ramp) room() int {
+	n := 1
+	for k := 0; k <= r.gone && k < len(r.sizes); k++ {
+		n += r.sizes[k]
+	}
+	return n
 }
 
 // leaving is told that a request of step k goes at now, to be the seq-th
@@ -150,7 +208,7 @@ func (r *ramp) due(k int) bool { return k <= r.gone }
 // active reports whether the ramp still has a step to go at now: it waits
 // for answers, which must be counted (see upstream.schedule).
 func (r *ramp) active(now time.Time) bool {
-	return r.stepAt > 0 && now.Before(r.end)
+	return r.stepAt > 0 && now.Before(r.end.Add(r.step))
 }
 
 // answered is told, at now, the upstream's count of answers and of
@@ -159,6 +217,10 @@ func (r *ramp) active(now time.Time) bool {
 // to what has been sent until then and to it.
 func (r *ramp) answered(now time.Time, replies, sent uint64) {
 	if r.stepAt == 0 || replies < r.stepAt {
+		return
+	}
+	if r.gone+1 >= len(r.sizes) {
+		r.stepAt = 0 // the last step has answered: the ramp is over
 		return
 	}
 	r.gone++
@@ -212,19 +274,18 @@ func (s *slowStart) claim(w *waiter) turn {
 	return w.turn
 }
 
-// rampStep is the step of the doubling ramp the queue goes on when the
-// probe's answer, in at now, neither paces nor holds the upstream: a step
-// and a half of the probe's round trip, so a step's answers are in before
-// the next goes.
+// rampStep is the step of the ramp the queue goes on when the probe's
+// answer, in at now, neither paces nor holds the upstream: a step and a
+// half of the probe's round trip, so a step's answers are in before the
+// next goes (the ramp after a fast probe waits for them longer, see
+// upstream.openLocked).
 func (s *slowStart) rampStep(now time.Time) time.Duration {
 	return min(max(now.Sub(s.probeStart)*3/2, rampStepMin), slowStartStep)
 }
 
 // slowProbe reports whether the probe, answered at now, took rampSlowRTT
 // or longer: the ramp after it then quadruples the attempts in flight per
-// step instead of doubling them, and each step goes as soon as the
-// attempts sent before it have answered instead of one and a half round
-// trips after the one before. The care of a doubling ramp is free on a
+// step instead of doubling them. The care of a doubling ramp is free on a
 // fast upstream (its steps take a few milliseconds) and costly on a slow
 // one: 50 slots of 20 ms behind 150 callers were idle for a quarter of a
 // 0.6 s run while a doubling ramp reached them. The price is a larger last

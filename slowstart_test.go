@@ -111,7 +111,7 @@ func TestSlowStartRampAfterTheProbe(t *testing.T) {
 	for n, steps := range map[int]time.Duration{1: 0, 2: 1, 3: 1, 4: 2, 15: 2, 16: 3, 63: 3, 64: 4} {
 		assert.Equal(t, now.Add(steps*step), rampFrom(now, step, n, 4), "request %d", n)
 	}
-	assert.False(t, s.slowProbe(now.Add(rampSlowRTT-time.Nanosecond)), "a fast probe: the ramp doubles, on its times")
+	assert.False(t, s.slowProbe(now.Add(rampSlowRTT-time.Nanosecond)), "a fast probe: the ramp doubles")
 	assert.True(t, s.slowProbe(now.Add(rampSlowRTT)))
 }
 
@@ -140,7 +140,11 @@ func TestSlowStartRampGoesOnAnswers(t *testing.T) {
 	assert.False(t, r.due(2))
 	r.answered(now, 17, 19)
 	assert.True(t, r.due(2))
-	assert.False(t, r.active(now), "the last step has gone")
+	assert.True(t, r.active(now), "the last step has gone: its answers are waited for (callers that come late join the ramp)")
+	r.answered(now, 38, 39)
+	assert.True(t, r.active(now))
+	r.answered(now, 39, 39)
+	assert.False(t, r.active(now), "the last step has answered: the ramp is over")
 
 	// The requests of a step that leave after others were sent raise
 	// what the next step waits for: its answer, and those before it.
@@ -155,6 +159,7 @@ func TestSlowStartRampGoesOnAnswers(t *testing.T) {
 	assert.True(t, r.due(1))
 	r.leaving(now, 2, 30) // step 2 went at its time, before the answers let it
 	assert.True(t, r.due(2))
+	r.answered(now, 77, 77) // everything sent up to step 2 and its 48
 	assert.False(t, r.active(now), "nothing left to go on answers")
 
 	// A 429 halts the ramp: the steps left keep their times.
@@ -165,7 +170,7 @@ func TestSlowStartRampGoesOnAnswers(t *testing.T) {
 	assert.False(t, r.active(now))
 
 	r.begin(now, nil, 19, 0, now.Add(time.Second))
-	assert.False(t, r.active(now), "a fast probe's ramp goes on its times only")
+	assert.False(t, r.active(now), "a ramp without an answer to go on (the probe was overdue) goes on its times only")
 	assert.True(t, r.due(0))
 	assert.False(t, r.due(1))
 
@@ -314,4 +319,60 @@ func TestSlowStartRampWaitsForAttemptsSentWithAStep(t *testing.T) {
 	r.sending(now.Add(together), 3)
 	r.answered(now.Add(20*time.Millisecond), 2, 3)
 	assert.True(t, r.due(1), "the late attempt is not step 0's")
+}
+
+// Callers that come while the ramp is under way join it, as TCP's slow
+// start lets a new packet go for each one acknowledged: one whose answer
+// made room goes at once (a caller's next request), any other takes the
+// next place on the ramp, in a step of its own once the planned ones are
+// full, and waits for the answers before it. Without it, callers that
+// started after a fast probe's answer went at once, beside the ramp (on
+// loopback, 80 callers starting together: 50 sent before the ramp's first
+// answer, all refused by a bucket of 4, about 1 run in 10).
+func TestSlowStartRampTakesLateCallers(t *testing.T) {
+	var r ramp
+	now := testStart
+	step := 15 * time.Millisecond
+	r.begin(now, []int{1, 2}, 1, step/3, now.Add(2*step)) // the probe was sent; 3 queued behind it
+	r.joinable(2, step)
+	r.leaving(now, 0, 2) // step 0's one goes: 2 out
+
+	k, at := r.join(now, 2, 2)
+	assert.Equal(t, 3, k, "2 out fill the room step 0 gives: a late caller takes place 4, step 2's (from 0)")
+	assert.Equal(t, now.Add(2*step), at, "it goes on the answers before it, or two steps' time if they are slow")
+	k, _ = r.join(now, 2, 2)
+	assert.Equal(t, 3, k, "places 4 to 7 are step 2's")
+	for range 2 {
+		r.join(now, 2, 2)
+	}
+	k, _ = r.join(now, 2, 2)
+	assert.Equal(t, 4, k, "place 8 is step 3's, a step of its own")
+	assert.Equal(t, []int{1, 2, 4, 1}, r.sizes)
+
+	k, at = r.join(now, 1, 2) // an answer came: room for one more
+	assert.Equal(t, 0, k, "a caller whose answer made room goes at once")
+	assert.Equal(t, now, at)
+
+	r.answered(now, 3, 3)
+	assert.True(t, r.due(1))
+	assert.False(t, r.due(2))
+	r.leaving(now, 1, 4)
+	r.leaving(now, 1, 5)
+	r.answered(now, 5, 5)
+	assert.True(t, r.due(2), "the joined step goes on the answers before it")
+	for seq := uint64(6); seq <= 9; seq++ {
+		r.leaving(now, 2, seq)
+	}
+	r.answered(now, 9, 9)
+	assert.True(t, r.due(3))
+	assert.True(t, r.active(now), "the last step's answers are waited for")
+	r.leaving(now, 3, 10)
+	r.answered(now, 10, 10)
+	assert.False(t, r.active(now), "over: later callers go as they come")
+
+	// A ramp that was not made joinable (the probe never answered) lets
+	// late callers go.
+	r.begin(now, []int{1, 2}, 1, step/3, now.Add(2*step))
+	k, _ = r.join(now, 10, 10)
+	assert.Equal(t, 0, k)
 }

@@ -121,6 +121,11 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 		return turn{at: w.at, reprobes: u.hold.reprobes}, w, pass{u: u}
 	}
 	u.grow(now)
+	if u.start.ramp.active(now) && u.interval == 0 && !u.hold.held(now) {
+		if k, at := u.start.ramp.join(now, u.sent-u.replies, u.sent); k > 0 {
+			return turn{at: at, firm: true, step: k, reprobes: u.hold.reprobes}, nil, pass{u: u}
+		}
+	}
 	t = u.turnAt(u.afterHold(now, jitter))
 	// (Not free while a ramp waits for answers: their outcomes must be
 	// observed to count.)
@@ -309,9 +314,16 @@ func (u *upstream) openLocked(now time.Time, answered bool) {
 	}
 	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
 	step, factor := u.start.rampStep(now), 2
-	clocked := answered && u.start.slowProbe(now)
-	if clocked {
+	clocked := answered // the ramp goes on answers
+	switch {
+	case clocked && u.start.slowProbe(now):
 		factor = 4
+	case clocked:
+		// A fast probe's ramp doubles, each step as soon as the one
+		// before has answered, or a slow probe's step after it:
+		// answers can come slower than the probe's (new connections,
+		// a server that slows under the burst).
+		step = max(step, rampSlowRTT*3/2)
 	}
 	var sizes []int // of the ramp's steps
 	u.start.open(func(n int) turn {
@@ -339,6 +351,7 @@ func (u *upstream) openLocked(now time.Time, answered bool) {
 		sizes = nil
 	}
 	u.start.ramp.begin(now, sizes, u.sent, step/3, now.Add(step*time.Duration(len(sizes))))
+	u.start.ramp.joinable(factor, step)
 }
 
 // abandon ends slow start when the probe will not be sent after all (its
