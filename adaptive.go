@@ -91,9 +91,12 @@ const (
 //     with the lowest median of the last minute at as much load or more. A
 //     median above LatencyTolerance times that baseline (and 5 ms above
 //     it) that also lies beyond the answers' own variance (1.5 times their
-//     interquartile range above the typical median of the last 16 windows,
-//     at least 4 of them) is a queue building up in the upstream: the
-//     limit is cut as for a refusal, and does not grow while it lasts.
+//     interquartile range above the typical median of the last 16 typical
+//     windows, at least 4 of them; a window over the tolerance is not
+//     typical) is a queue building up in the upstream: the limit is cut as
+//     for a refusal, and does not grow while it lasts. Where answers vary
+//     widely, a rise must pass that fence too: with answers of 5 to 35 ms,
+//     about 2.1 times the typical latency.
 //
 // For example, 150 callers against a server that serves 50 at once: the
 // first refusal comes with some 64 attempts out and cuts the limit to 57;
@@ -664,10 +667,9 @@ type latencyWatch struct {
 }
 
 // recentWindow is one window's median, the interquartile range of its
-// answers, its load class and when it closed.
+// answers and its load class.
 type recentWindow struct {
 	med, iqr time.Duration
-	at       time.Time
 	class    int
 }
 
@@ -706,9 +708,10 @@ func (w *latencyWatch) add(d time.Duration, k int, now time.Time, tol float64) (
 	w.restart()
 	w.last = med
 	b := w.baseline(load, now)
-	w.slower = b > 0 && float64(med) > tol*float64(b) && med-b >= latencyMinRise && w.outsideNoise(med, load, now)
+	over := b > 0 && float64(med) > tol*float64(b) && med-b >= latencyMinRise
+	w.slower = over && w.outsideNoise(med, load)
 	if !w.slower {
-		w.record(med, iqr, load, now)
+		w.record(med, iqr, load, now, !over)
 	}
 	return true, w.slower, load
 }
@@ -740,8 +743,11 @@ func (w *latencyWatch) baseline(load float64, now time.Time) time.Duration {
 // outsideNoise reports whether a window's median med, at load, lies beyond
 // the latency's own variance: above the typical median by latencyFence
 // times the typical interquartile range of the answers, both the median of
-// the recent windows at as much load or more in the horizon, of which there
-// must be latencyRecentMin.
+// the recent typical windows at as much load or more, of which there must
+// be latencyRecentMin. They do not expire with the baseline's horizon: a
+// rise that outlasts the horizon is taken for the new normal by the
+// baseline already, and with answers seconds long the typical windows of
+// the minute before a rise would have aged out before it was seen.
 //
 // The baseline alone, the lowest median of the horizon, is no measure of a
 // rise when answers vary widely from one to the next (a network's jitter,
@@ -753,11 +759,11 @@ func (w *latencyWatch) baseline(load float64, now time.Time) time.Duration {
 // normal spread): the fence lies six of those above the typical median,
 // where noise does not reach and a queue building up, which moves every
 // answer, does.
-func (w *latencyWatch) outsideNoise(med time.Duration, load float64, now time.Time) bool {
+func (w *latencyWatch) outsideNoise(med time.Duration, load float64) bool {
 	var meds, iqrs [latencyRecent]time.Duration
 	n, class := 0, loadClass(load)
 	for _, r := range w.recent {
-		if r.med > 0 && r.class >= class && now.Sub(r.at) < latencyHorizon {
+		if r.med > 0 && r.class >= class {
 			meds[n], iqrs[n] = r.med, r.iqr
 			n++
 		}
@@ -776,11 +782,16 @@ func middle(s []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// record makes a window that was not slower part of its class's baseline
-// and of the recent windows.
-func (w *latencyWatch) record(med, iqr time.Duration, load float64, now time.Time) {
-	w.recent[w.next] = recentWindow{med: med, iqr: iqr, at: now, class: loadClass(load)}
-	w.next = (w.next + 1) % latencyRecent
+// record makes a window that was not slower part of its class's baseline,
+// and of the recent windows if it is typical: not over the tolerance,
+// inside the noise only. Over it, it would move the typical median, and
+// the fence with it, so that a rise that comes in steps was never seen
+// (latency up 1.5x every 30 rounds to 11x: no cut).
+func (w *latencyWatch) record(med, iqr time.Duration, load float64, now time.Time, typical bool) {
+	if typical {
+		w.recent[w.next] = recentWindow{med: med, iqr: iqr, class: loadClass(load)}
+		w.next = (w.next + 1) % latencyRecent
+	}
 	lb := &w.base[loadClass(load)]
 	lb.roll(now)
 	if lb.cur == 0 || med < lb.cur {

@@ -641,8 +641,10 @@ func TestAdaptiveLimitJudgesARefusalByAllThatIsInFlight(t *testing.T) {
 // first). Judged against either, a typical window looked "slower" every
 // second or so, and the limit was cut under a healthy upstream (a
 // header-less bucket at 100 a second, answers of 5 to 35 ms: cut to 2 in
-// flight, 1.6x the ideal). The baseline is a low quartile of the recent
-// windows, after four of them: it takes a real rise to pass twice it.
+// flight, 1.6x the ideal). A window is slower only past a fence the noise
+// does not reach (1.5 interquartile ranges of the answers above the typical
+// median of the recent windows); a real rise passes it, at once or in
+// steps.
 func TestAdaptiveLimitIsNotFooledByJitteredLatency(t *testing.T) {
 	for _, spread := range []struct {
 		name string
@@ -686,13 +688,34 @@ func TestAdaptiveLimitIsNotFooledByJitteredLatency(t *testing.T) {
 			assert.GreaterOrEqual(t, d.limit(), 64)
 
 			// A real rise is still seen: every answer three times slower.
-			slow := spread.draw
-			spread.draw = func(r *rand.Rand) time.Duration { return 3 * slow(r) }
+			base := spread.draw
+			spread.draw = func(r *rand.Rand) time.Duration { return 3 * base(r) }
 			before := d.l.epoch.Load()
 			for i := 0; i < 16 && d.l.epoch.Load() == before; i++ {
 				wave(8)
 			}
 			assert.Equal(t, before+1, d.l.epoch.Load(), "a rise to 3x is a queue building up")
+
+			// And one in steps: 1.5x more every 20 seconds (a rise
+			// slower than the baseline's horizon is a new normal). The
+			// windows over twice the baseline do not move the typical
+			// median (and the fence with it) as they come.
+			d = newLimDriver(t, AdaptiveConcurrency{Initial: 64})
+			spread.draw = base
+			for range 200 {
+				wave(8)
+			}
+			factor := 1.0
+			for stage := 0; stage < 6 && d.l.epoch.Load() == 0; stage++ {
+				factor *= 1.5
+				f := factor
+				spread.draw = func(r *rand.Rand) time.Duration { return time.Duration(f * float64(base(r))) }
+				for end := d.now.Add(20 * time.Second); d.now.Before(end); {
+					wave(8)
+				}
+			}
+			assert.Positive(t, d.l.epoch.Load(), "a rise in steps of 1.5x is seen by %.1fx", factor)
+			t.Logf("a rise in steps of 1.5x was seen at %.2fx", factor)
 		})
 	}
 }

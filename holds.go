@@ -13,7 +13,10 @@ import (
 // accept beats a coarse statement. So does what it accepted before its
 // first 429, when that names a whole second at most and no rate-limit
 // header came: the observed pace starts at that rate, and the hold lasts a
-// unit of it (the refused request still waits its own Retry-After).
+// unit of it (the refused request still waits its own Retry-After). That
+// rate is known in the upstream's first second (seedAccepts), or once its
+// answers are counted (a paced upstream's are): one unpaced for longer
+// starts at one a second, a hold of the whole second.
 //
 // Bounded trust: no hold is longer than the bound (WithMaxRetryAfter).
 // Servers' clocks are off and some send absurd values (a reset in the wrong

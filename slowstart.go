@@ -132,13 +132,29 @@ func (r *ramp) next(now time.Time, sent uint64) {
 	}
 }
 
-// join gives a place on the ramp to a request that arrives at now while it
-// is under way, with inFlight attempts out and sent sent so far: a caller
-// whose answer came sends its next request, or a caller that started late.
-// It returns the step (from 1) it waits for and when that goes at the
-// latest; step 0 when it may go now: the steps let go hold more places than
-// are out (its answer made room, as an acknowledgement lets TCP send), or
-// its own place falls in a step let go.
+// join gives a request that arrives at now while the ramp is under way (a
+// caller that started late, or one whose answer came and sends its next
+// request) its turn on the ramp, with inFlight attempts out and sent sent
+// so far: it returns the step (from 1) it waits for and when that goes at
+// the latest, or step 0 to go now.
+//
+// It goes now when the steps let go so far have room in flight (fewer are
+// out than their places), as an acknowledgement lets TCP's slow start
+// send: a caller's next request goes as its answer came. Else it takes the
+// next place, after every place given before, and goes with the step that
+// place falls in: at once if that step was let go with places to spare
+// (the last one planned), else when it is let go, in a step of its own
+// once the planned ones are full.
+//
+// Attempts count as out once sent, so callers that come at the same
+// moment may all find the same room. Counting those let go as out until
+// sent made it worse: more callers took places, the steps to come swelled
+// with them and went as bursts (callers that think 100 us over a bucket of
+// 4: 18 of 240 saw a 429, 7 otherwise). A caller let go for room may also
+// go before one placed earlier in a step still to come: for the few round
+// trips the ramp lasts, filling the room beats the order of arrival; held
+// to it, the steps to come swelled the same way (6.5 to 8% of attempts
+// refused by a capacity of 50).
 //
 // Without it, callers that started after the probe's answer went at once,
 // beside the ramp: on loopback, 80 callers starting together over a few
@@ -146,7 +162,10 @@ func (r *ramp) next(now time.Time, sent uint64) {
 // before the first answer of the ramp came back, 10 ms later, every one
 // refused by a bucket of 4 (about 1 run in 10).
 func (r *ramp) join(now time.Time, inFlight, sent uint64) (step int, at time.Time) {
-	if r.factor == 0 || inFlight < uint64(r.room()) {
+	if r.factor == 0 {
+		return 0, now
+	}
+	if inFlight < uint64(r.room()) {
 		return 0, now
 	}
 	r.placed++
@@ -165,7 +184,10 @@ func (r *ramp) join(now time.Time, inFlight, sent uint64) (step int, at time.Tim
 }
 
 // room is how many attempts the steps let go so far may have out at once:
-// the probe and their places.
+// the probe and their places. (Without the probe, a step's room is taken
+// by what it sent itself until its answers come: the callers' next
+// requests took places in the steps to come instead, which then went as
+// bursts, 18 of 240 requests seeing a 429 from a bucket of 4 where 4 did.)
 func (r *ramp) room() int {
 	n := 1
 	for k := 0; k <= r.gone && k < len(r.sizes); k++ {
@@ -186,6 +208,7 @@ func (r *ramp) leaving(now time.Time, k int, seq uint64) {
 	case k > r.gone:
 		r.gone = k
 		r.next(now, seq-1)
+		r.stepped.fire() // the rest of the step, and any before it, go too
 	}
 }
 

@@ -256,24 +256,70 @@ func TestSlowStartRampAfterASlowProbeGoesOnAnswers(t *testing.T) {
 	wait()
 }
 
-// After a fast probe (2 ms), the ramp doubles on its times, answers or not:
-// a header-less server that refuses past a small burst sees a few 429s, not
-// a wave.
-func TestSlowStartRampAfterAFastProbeKeepsItsTimes(t *testing.T) {
+// After a fast probe (2 ms), the ramp doubles too, each step on the
+// answers before it, or at its time when they are slow (new connections, a
+// server slowing under the burst): a header-less server that refuses past
+// a small burst sees a few 429s, not a wave.
+func TestSlowStartRampAfterAFastProbeGoesOnAnswers(t *testing.T) {
 	clk := fakeclock.New(testStart)
 	up := newGatedUpstream()
 	rt := New(up, WithClock(clk))
-	wait := burstBehindProbe(t, rt, up, clk, 3)
+	wait := burstBehindProbe(t, rt, up, clk, 7)
+	pending := clk.Pending()
 
 	clk.Advance(2 * time.Millisecond)
-	up.answer(t, 1)
+	up.answer(t, 1) // the probe
 	require.Eventually(t, func() bool { return up.calls.Load() == 2 }, 5*time.Second, time.Millisecond, "the probe and 1")
-	up.answer(t, 1)
-	require.True(t, clk.WaitForTimers(2, 5*time.Second), "the other 2 wait for their step")
-	assert.Equal(t, int32(2), up.calls.Load(), "an answer does not let them go")
-	clk.Advance(3 * time.Millisecond) // a step and a half of the probe's 2 ms
-	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond)
+	require.True(t, clk.WaitForTimers(pending-1, 5*time.Second), "the 6 others wait for their steps")
+	assert.Equal(t, int32(2), up.calls.Load())
+
+	up.answer(t, 1) // the clock does not move
+	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond, "step 1 goes on the answer of step 0")
+	require.True(t, clk.WaitForTimers(pending-3, 5*time.Second))
+	assert.Equal(t, int32(4), up.calls.Load(), "step 2 waits for step 1's answers")
+	clk.Advance(30 * time.Millisecond) // they are slow: step 2 goes at its time
+	require.Eventually(t, func() bool { return up.calls.Load() == 8 }, 5*time.Second, time.Millisecond)
+	up.answer(t, 6)
+	wait()
+}
+
+// Callers that start after the probe's answer, while its ramp is under
+// way, join it (ramp.join) instead of going at once beside it: one goes
+// while there is room in flight, the others take the ramp's next places.
+func TestSlowStartLateCallersJoinTheRamp(t *testing.T) {
+	clk := fakeclock.New(testStart)
+	up := newGatedUpstream()
+	rt := New(up, WithClock(clk))
+	wait := burstBehindProbe(t, rt, up, clk, 1)
+	clk.Advance(2 * time.Millisecond)
+	up.answer(t, 1) // the probe: the one queued goes, as step 0
+	require.Eventually(t, func() bool { return up.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
+
+	var wg sync.WaitGroup
+	late := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := rt.RoundTrip(get(t, "https://api.test/x")); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	late()
+	require.Eventually(t, func() bool { return up.calls.Load() == 3 }, 5*time.Second, time.Millisecond,
+		"room for two in flight (the probe's and step 0's): the first late caller goes")
+	for i := range 5 { // one at a time, so each finds the room the last left
+		pending := clk.Pending()
+		late()
+		require.True(t, clk.WaitForTimers(pending+1, 5*time.Second), "late caller %d waits on the ramp", i+2)
+	}
+	assert.Equal(t, int32(3), up.calls.Load(), "none of the 5 went beside it")
+	up.answer(t, 2) // step 0's and the first late caller's
+	require.Eventually(t, func() bool { return up.calls.Load() == 5 }, 5*time.Second, time.Millisecond, "places 2 and 3: step 1")
 	up.answer(t, 2)
+	require.Eventually(t, func() bool { return up.calls.Load() == 8 }, 5*time.Second, time.Millisecond, "places 4 to 6: step 2")
+	up.answer(t, 3)
+	wg.Wait()
 	wait()
 }
 
@@ -321,54 +367,92 @@ func TestSlowStartRampWaitsForAttemptsSentWithAStep(t *testing.T) {
 	assert.True(t, r.due(1), "the late attempt is not step 0's")
 }
 
-// Callers that come while the ramp is under way join it, as TCP's slow
-// start lets a new packet go for each one acknowledged: one whose answer
-// made room goes at once (a caller's next request), any other takes the
-// next place on the ramp, in a step of its own once the planned ones are
-// full, and waits for the answers before it. Without it, callers that
-// started after a fast probe's answer went at once, beside the ramp (on
-// loopback, 80 callers starting together: 50 sent before the ramp's first
-// answer, all refused by a bucket of 4, about 1 run in 10).
+// Callers that come while the ramp is under way join it: each takes the
+// next place, after every place given before, and goes with the step it
+// falls in (at once if that step was let go with room to spare), in a step
+// of its own once the planned ones are full, waiting for the answers
+// before it. Without it, callers that started after a fast probe's answer
+// went at once, beside the ramp (on loopback, 80 callers starting
+// together: 50 sent before the ramp's first answer, all refused by a
+// bucket of 4, about 1 run in 10).
 func TestSlowStartRampTakesLateCallers(t *testing.T) {
 	var r ramp
 	now := testStart
 	step := 15 * time.Millisecond
-	r.begin(now, []int{1, 2}, 1, step/3, now.Add(2*step)) // the probe was sent; 3 queued behind it
+	r.begin(now, []int{1, 1}, 1, step/3, now.Add(2*step)) // the probe was sent; 2 queued behind it
 	r.joinable(2, step)
-	r.leaving(now, 0, 2) // step 0's one goes: 2 out
+	r.leaving(now, 0, 2) // step 0's one goes
 
 	k, at := r.join(now, 2, 2)
-	assert.Equal(t, 3, k, "2 out fill the room step 0 gives: a late caller takes place 4, step 2's (from 0)")
-	assert.Equal(t, now.Add(2*step), at, "it goes on the answers before it, or two steps' time if they are slow")
-	k, _ = r.join(now, 2, 2)
-	assert.Equal(t, 3, k, "places 4 to 7 are step 2's")
-	for range 2 {
+	assert.Equal(t, 2, k, "place 3 is step 1's (from 0), planned with one place of its two")
+	assert.Equal(t, now.Add(step), at, "it goes on the answers before it, or a step's time if they are slow")
+	k, at = r.join(now, 2, 2)
+	assert.Equal(t, 3, k, "places 4 to 7 are step 2's, a step of its own")
+	assert.Equal(t, now.Add(2*step), at)
+	for range 3 {
 		r.join(now, 2, 2)
 	}
 	k, _ = r.join(now, 2, 2)
-	assert.Equal(t, 4, k, "place 8 is step 3's, a step of its own")
+	assert.Equal(t, 4, k, "place 8 is step 3's")
 	assert.Equal(t, []int{1, 2, 4, 1}, r.sizes)
 
-	k, at = r.join(now, 1, 2) // an answer came: room for one more
-	assert.Equal(t, 0, k, "a caller whose answer made room goes at once")
-	assert.Equal(t, now, at)
-
-	r.answered(now, 3, 3)
+	woken := r.stepped.wait()
+	r.answered(now, 2, 2) // the probe and step 0's one
 	assert.True(t, r.due(1))
-	assert.False(t, r.due(2))
+	assert.True(t, closed(woken))
+	r.leaving(now, 1, 3)
 	r.leaving(now, 1, 4)
-	r.leaving(now, 1, 5)
-	r.answered(now, 5, 5)
+	r.answered(now, 4, 4)
 	assert.True(t, r.due(2), "the joined step goes on the answers before it")
-	for seq := uint64(6); seq <= 9; seq++ {
-		r.leaving(now, 2, seq)
+	r.leaving(now, 2, 5)
+	woken = r.stepped.wait()
+	r.leaving(now.Add(3*step), 3, 6) // step 3 goes at its time, before step 2 has answered
+	assert.True(t, r.due(3))
+	assert.True(t, closed(woken), "its other requests are woken to go with it")
+	assert.True(t, r.active(now), "the last step's answers are waited for")
+	for seq := uint64(7); seq <= 9; seq++ {
+		r.leaving(now, 2, seq) // the rest of step 2, let go with step 3
 	}
 	r.answered(now, 9, 9)
-	assert.True(t, r.due(3))
-	assert.True(t, r.active(now), "the last step's answers are waited for")
-	r.leaving(now, 3, 10)
-	r.answered(now, 10, 10)
 	assert.False(t, r.active(now), "over: later callers go as they come")
+
+	// A place in a step already let go (the last planned one, with fewer
+	// than it holds) goes at once, and the ramp waits for its answer too.
+	r.begin(now, []int{1, 2, 1}, 1, step/3, now.Add(3*step)) // 4 queued
+	r.joinable(2, step)
+	r.leaving(now, 0, 2)
+	r.answered(now, 2, 2)
+	r.leaving(now, 1, 3)
+	r.leaving(now, 1, 4)
+	r.answered(now, 4, 4)
+	assert.True(t, r.due(2))
+	k, at = r.join(now, 5, 5) // no room: five out (stragglers of callers)
+	assert.Equal(t, 0, k, "place 5 is step 2's (places 4 to 7), let go with one")
+	assert.Equal(t, now, at)
+	r.answered(now, 5, 5)
+	assert.True(t, r.active(now), "the late place's answer is waited for")
+	r.answered(now, 6, 6)
+	assert.False(t, r.active(now))
+
+	// Room in flight: a caller whose answer came sends its next request
+	// at once.
+	r.begin(now, []int{1, 2}, 1, step/3, now.Add(2*step)) // 3 queued
+	r.joinable(2, step)
+	r.leaving(now, 0, 2)
+	r.answered(now, 2, 2)
+	r.leaving(now, 1, 3)
+	r.leaving(now, 1, 4)
+	k, _ = r.join(now, 4, 4)
+	assert.NotZero(t, k, "four out, the room of the probe and steps 0 and 1: no room")
+	r.begin(now, []int{1, 2}, 1, step/3, now.Add(2*step))
+	r.joinable(2, step)
+	r.leaving(now, 0, 2)
+	r.answered(now, 2, 2)
+	r.leaving(now, 1, 3)
+	r.leaving(now, 1, 4)
+	r.answered(now, 3, 4) // step 0's answer and one of step 1's: room
+	k, _ = r.join(now, 1, 4)
+	assert.Zero(t, k, "room: it goes now")
 
 	// A ramp that was not made joinable (the probe never answered) lets
 	// late callers go.

@@ -123,7 +123,9 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	u.grow(now)
 	if u.start.ramp.active(now) && u.interval == 0 && !u.hold.held(now) {
 		if k, at := u.start.ramp.join(now, u.sent-u.replies, u.sent); k > 0 {
-			return turn{at: at, firm: true, step: k, reprobes: u.hold.reprobes}, nil, pass{u: u}
+			// Not firm: the ramp's time is no word of the server's,
+			// and the step goes on answers, sooner.
+			return turn{at: at, step: k, reprobes: u.hold.reprobes}, nil, pass{u: u}
 		}
 	}
 	t = u.turnAt(u.afterHold(now, jitter))
