@@ -196,6 +196,13 @@ func (g *gatedUpstream) RoundTrip(*http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}, nil
 }
 
+// reached waits until n attempts have arrived, failing the test (with
+// msgAndArgs) if they do not within 5 s.
+func (g *gatedUpstream) reached(t *testing.T, n int32, msgAndArgs ...any) {
+	t.Helper()
+	require.Eventually(t, func() bool { return g.calls.Load() == n }, 5*time.Second, time.Millisecond, msgAndArgs...)
+}
+
 // answer opens the gates of the next n attempts to arrive.
 func (g *gatedUpstream) answer(t *testing.T, n int) {
 	t.Helper()
@@ -223,7 +230,7 @@ func burstBehindProbe(t *testing.T, rt http.RoundTripper, up *gatedUpstream, clk
 		}()
 	}
 	send()
-	require.Eventually(t, func() bool { return up.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	up.reached(t, 1)
 	pending := clk.Pending()
 	for range n {
 		send()
@@ -244,14 +251,14 @@ func TestSlowStartRampAfterASlowProbeGoesOnAnswers(t *testing.T) {
 
 	clk.Advance(20 * time.Millisecond)
 	up.answer(t, 1) // the probe
-	require.Eventually(t, func() bool { return up.calls.Load() == 2 }, 5*time.Second, time.Millisecond, "the probe and 1")
+	up.reached(t, 2, "the probe and 1")
 	require.True(t, clk.WaitForTimers(pending-1, 5*time.Second), "the 14 others wait for their steps")
 	assert.Equal(t, int32(2), up.calls.Load(), "not 3 at once: the server may have room for one")
 
 	up.answer(t, 1) // the clock does not move
-	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond, "step 1 goes on the answer of step 0")
+	up.reached(t, 4, "step 1 goes on the answer of step 0")
 	up.answer(t, 2)
-	require.Eventually(t, func() bool { return up.calls.Load() == 16 }, 5*time.Second, time.Millisecond, "step 2 goes on the answers of step 1")
+	up.reached(t, 16, "step 2 goes on the answers of step 1")
 	up.answer(t, 12)
 	wait()
 }
@@ -269,16 +276,16 @@ func TestSlowStartRampAfterAFastProbeGoesOnAnswers(t *testing.T) {
 
 	clk.Advance(2 * time.Millisecond)
 	up.answer(t, 1) // the probe
-	require.Eventually(t, func() bool { return up.calls.Load() == 2 }, 5*time.Second, time.Millisecond, "the probe and 1")
+	up.reached(t, 2, "the probe and 1")
 	require.True(t, clk.WaitForTimers(pending-1, 5*time.Second), "the 6 others wait for their steps")
 	assert.Equal(t, int32(2), up.calls.Load())
 
 	up.answer(t, 1) // the clock does not move
-	require.Eventually(t, func() bool { return up.calls.Load() == 4 }, 5*time.Second, time.Millisecond, "step 1 goes on the answer of step 0")
+	up.reached(t, 4, "step 1 goes on the answer of step 0")
 	require.True(t, clk.WaitForTimers(pending-3, 5*time.Second))
 	assert.Equal(t, int32(4), up.calls.Load(), "step 2 waits for step 1's answers")
 	clk.Advance(30 * time.Millisecond) // they are slow: step 2 goes at its time
-	require.Eventually(t, func() bool { return up.calls.Load() == 8 }, 5*time.Second, time.Millisecond)
+	up.reached(t, 8)
 	up.answer(t, 6)
 	wait()
 }
@@ -293,7 +300,7 @@ func TestSlowStartLateCallersJoinTheRamp(t *testing.T) {
 	wait := burstBehindProbe(t, rt, up, clk, 1)
 	clk.Advance(2 * time.Millisecond)
 	up.answer(t, 1) // the probe: the one queued goes, as step 0
-	require.Eventually(t, func() bool { return up.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
+	up.reached(t, 2)
 
 	var wg sync.WaitGroup
 	late := func() {
@@ -315,9 +322,9 @@ func TestSlowStartLateCallersJoinTheRamp(t *testing.T) {
 	}
 	assert.Equal(t, int32(3), up.calls.Load(), "none of the 5 went beside it")
 	up.answer(t, 2) // step 0's and the first late caller's
-	require.Eventually(t, func() bool { return up.calls.Load() == 5 }, 5*time.Second, time.Millisecond, "places 2 and 3: step 1")
+	up.reached(t, 5, "places 2 and 3: step 1")
 	up.answer(t, 2)
-	require.Eventually(t, func() bool { return up.calls.Load() == 8 }, 5*time.Second, time.Millisecond, "places 4 to 6: step 2")
+	up.reached(t, 8, "places 4 to 6: step 2")
 	up.answer(t, 3)
 	wg.Wait()
 	wait()
