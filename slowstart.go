@@ -127,7 +127,7 @@ func (r *ramp) joinable(factor int, step time.Duration) {
 // ends the ramp (see answered), unless a request joins meanwhile.
 func (r *ramp) next(now time.Time, sent uint64) {
 	r.stepAt, r.wentAt = 0, now
-	if len(r.sizes) > 0 {
+	if r.gone < len(r.sizes) { // a turn of a ramp before this one may name a step it does not have
 		r.stepAt = sent + uint64(r.sizes[r.gone])
 	}
 }
