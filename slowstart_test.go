@@ -467,3 +467,124 @@ func TestSlowStartRampTakesLateCallers(t *testing.T) {
 	k, _ = r.join(now, 10, 10)
 	assert.Equal(t, 0, k)
 }
+
+// goNow rechecks a turn that must go now and dispatches its attempt.
+func goNow(t *testing.T, u *upstream, now time.Time, tn *turn, p *pass) {
+	t.Helper()
+	at, _, again := u.recheck(now, tn, 0)
+	require.False(t, again)
+	require.True(t, at.IsZero(), "goes now (told to wait until %v)", at)
+	p.at = now
+	u.dispatch(p)
+}
+
+// probeAndQueue starts slow start: a probe goes, n queue behind it.
+func probeAndQueue(t *testing.T, u *upstream, now time.Time, n int) (pass, []*waiter) {
+	t.Helper()
+	pt, w, pp := u.schedule(now, 0)
+	require.Nil(t, w)
+	require.True(t, pp.probe)
+	goNow(t, u, now, &pt, &pp)
+	var ws []*waiter
+	for range n {
+		_, w, _ := u.schedule(now, 0)
+		require.NotNil(t, w)
+		ws = append(ws, w)
+	}
+	return pp, ws
+}
+
+// A waiter given its turn by one ramp and claimed after the upstream went
+// cold again and opened a new ramp carries a turn of the old ramp:
+// upstream.claim stamps it with the current reprobes, so recheck does not
+// void it, and its step, long past its time, lets the new ramp's steps go
+// at once (before a guard in ramp.next: index out of range, found by
+// FuzzPacerProgress). claim stamps only the turn it makes itself.
+func TestSlowStartATurnOfAnEarlierRampIsVoid(t *testing.T) {
+	u := &upstream{}
+	u.bound = time.Second
+	now := testStart
+	pp, old := probeAndQueue(t, u, now, 5)
+	now = now.Add(20 * time.Millisecond) // a slow probe: a quadrupling ramp, sizes [1 2 2]
+	pp.observe(now, RateLimits{}, 0, false, true)
+	require.Equal(t, []int{1, 2, 2}, u.start.ramp.sizes)
+	require.Equal(t, 3, old[4].turn.step, "the fifth waiter is on step 2 (from 0)")
+
+	// A hold cut to the bound (a 429 naming an hour), and its end: a new probe.
+	u.holdUntil(now, now.Add(time.Hour), false)
+	now = now.Add(u.bound + time.Millisecond)
+	pp, fresh := probeAndQueue(t, u, now, 3)
+	require.EqualValues(t, 1, u.hold.reprobes)
+	now = now.Add(20 * time.Millisecond)
+	pp.observe(now, RateLimits{}, 0, false, true)
+	require.Equal(t, []int{1, 2}, u.start.ramp.sizes, "the new ramp")
+	require.False(t, u.start.ramp.due(1), "step 1 waits for step 0's answer")
+
+	// The old waiter, slow to wake, claims now.
+	stale := u.claim(old[4])
+	_, _, again := u.recheck(now, &stale, 0)
+	assert.True(t, again, "a turn given before the upstream went cold again is void")
+	assert.False(t, u.start.ramp.due(1), "the new ramp's step 1 still waits for step 0's answer")
+	_ = fresh
+}
+
+// An attempt counted as sent (dispatched) and then abandoned (the adaptive
+// limit or a slot wait refused it) is counted back as answered, and the
+// ramp is told: the step waiting for it goes, not at its time.
+func TestSlowStartAnAbandonedAttemptAnswersForTheRamp(t *testing.T) {
+	u := &upstream{}
+	u.bound = time.Minute
+	now := testStart
+	pp, ws := probeAndQueue(t, u, now, 2)
+	now = now.Add(20 * time.Millisecond)
+	pp.observe(now, RateLimits{}, 0, false, true)
+	require.Equal(t, []int{1, 1}, u.start.ramp.sizes)
+	t1 := u.claim(ws[0])
+	p1 := pass{u: u}
+	goNow(t, u, now, &t1, &p1)
+	p1.abandon(now) // never reached the server
+	assert.Equal(t, u.sent, u.replies, "nothing out")
+	assert.True(t, u.start.ramp.due(1), "everything sent before step 1 is accounted for: it goes")
+}
+
+// A late caller placed on a step far ahead gets a fallback time held to the
+// bound, as the planned places are (openLocked).
+func TestSlowStartAJoinedTurnWaitsNoLongerThanTheBound(t *testing.T) {
+	u := &upstream{}
+	u.bound = 500 * time.Millisecond
+	now := testStart
+	pp, ws := probeAndQueue(t, u, now, 1)
+	now = now.Add(150 * time.Millisecond) // slow: step 200 ms, factor 4
+	pp.observe(now, RateLimits{}, 0, false, true)
+	t1 := u.claim(ws[0])
+	p1 := pass{u: u}
+	goNow(t, u, now, &t1, &p1)
+	tj, _, pj := u.schedule(now, 0) // room for 2 out: goes
+	require.Zero(t, tj.step)
+	goNow(t, u, now, &tj, &pj)
+	var worst time.Duration
+	for range 30 {
+		tn, w, _ := u.schedule(now, 0)
+		require.Nil(t, w)
+		worst = max(worst, tn.at.Sub(now))
+	}
+	assert.LessOrEqual(t, worst, u.bound, "a joined turn waits no longer than the bound")
+}
+
+// The same turn claimed while the new probe is still out does not go
+// beside it.
+func TestSlowStartATurnOfAnEarlierRampDoesNotGoBesideTheProbe(t *testing.T) {
+	u := &upstream{}
+	u.bound = time.Second
+	now := testStart
+	pp, old := probeAndQueue(t, u, now, 5)
+	now = now.Add(20 * time.Millisecond)
+	pp.observe(now, RateLimits{}, 0, false, true)
+	u.holdUntil(now, now.Add(time.Hour), false)
+	now = now.Add(u.bound + time.Millisecond)
+	probeAndQueue(t, u, now, 3) // the new probe is out
+	require.Equal(t, probing, u.start.phase)
+	stale := u.claim(old[4])
+	at, _, again := u.recheck(now, &stale, 0)
+	assert.True(t, again || !at.IsZero(), "it does not go while the new probe is out")
+}

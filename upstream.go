@@ -123,6 +123,9 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	u.grow(now)
 	if u.start.ramp.active(now) && u.interval == 0 && !u.hold.held(now) {
 		if k, at := u.start.ramp.join(now, u.sent-u.replies, u.sent); k > 0 {
+			if u.bound > 0 && at.After(now.Add(u.bound)) {
+				at = now.Add(u.bound)
+			}
 			// Not firm: the ramp's time is no word of the server's,
 			// and the step goes on answers, sooner.
 			return turn{at: at, step: k, reprobes: u.hold.reprobes}, nil, pass{u: u}
@@ -160,7 +163,9 @@ func (u *upstream) claim(w *waiter) turn {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	t := u.start.claim(w)
-	t.reprobes = u.hold.reprobes
+	if t.at.IsZero() { // no turn given: it goes now, in this epoch
+		t.reprobes = u.hold.reprobes
+	}
 	return t
 }
 
@@ -372,6 +377,7 @@ func (p pass) abandon(now time.Time) {
 		// read what is out), and the server never saw it.
 		p.u.replies++
 		p.u.lost(p.sent)
+		p.u.start.ramp.answered(now, p.u.replies, p.u.sent)
 	}
 	if p.probe {
 		p.u.openLocked(now, false)
