@@ -417,7 +417,9 @@ func gap(w world) string {
 			"500) requests seeing a 429. A request a window refused waits out its Retry-After (a floor for the retry), a whole " +
 			"second rounded up where the window may end sooner: at 100 a second with 2 ms answers the burst ends up to 0.24 s " +
 			"behind the plain loop (8-11 ms ahead when the retry went at the window's learned end instead, which the contract " +
-			"forbids), and with 20 ms answers a first window left part unused costs one at the end now and then (1.26-1.30x). " +
+			"forbids). With 20 ms answers an edge known within five round trips is gone to at its late bound, not " +
+			"bisected: a probe the old window refused cost the burst a second in about half the runs (1.26-1.33x, behind the " +
+			"plain loop); now 1.01-1.07x at 100 a second, at most some ms behind the plain loop. " +
 			"With callers that think 0.1 to 3 ms, about 1 run in 40 of the 100 a second cells ending within the second loses a " +
 			"unit of the first window, paced as a bucket toward a reset read past its end (1.25x)"
 	case w.family == "none" && w.load.burst == 1 && w.retryAfter != retrytest.RetryAfterMillis:
@@ -426,7 +428,7 @@ func gap(w world) string {
 			"milliseconds caps that climb: 2 of 60), 1.22-1.30x the ideal; in about 1 run in 150 (no wait named, 20 ms answers), " +
 			"retry jitter leaves slots booked at the overshooting rate after its cut, and 5 or 6 see one"
 	case w.family == "github" && w.load.rate < lumpMinLimit:
-		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, 1.1-1.4x the ideal (the plain loop 1.46-1.55x)"
+		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, 1.1-1.45x the ideal (the plain loop 1.46-1.55x)"
 	}
 	return ""
 }

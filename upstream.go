@@ -573,6 +573,7 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits, sentAt time
 	var rtt time.Duration // the shortest round trip of late, with this one's
 	if !sentAt.IsZero() && sentAt.Before(now) {
 		rtt = u.rtts.add(now, now.Sub(sentAt))
+		u.edge.trip = rtt
 	}
 	for _, d := range dimensions {
 		q := l.Quota(d)

@@ -268,3 +268,32 @@ func TestAQuotaFoundEmptyIsProbedOneAttemptAtATime(t *testing.T) {
 	assert.Zero(t, p.shortfall(later, 0), "with none out, one probe goes")
 	assert.Positive(t, p.shortfall(later, 0), "one, not two")
 }
+
+// An edge known within edgeTrips round trips is gone to at its late bound,
+// not bisected: a probe the old window refuses waits out a whole-second
+// Retry-After (with 20 ms answers, a refused probe in the last window cost
+// a burst a second in about half the runs). Known as roughly with fast
+// answers, it is still bisected.
+func TestWindowEdgeKnownWithinFiveRoundTripsIsNotProbed(t *testing.T) {
+	edge := func(trip time.Duration) *windowEdge {
+		e := &windowEdge{trip: trip}
+		e.see(ms(0), ms(20), 39, 40)
+		e.see(ms(20), ms(40), 0, 40)
+		e.see(ms(990), ms(1010), 0, 40)   // still the first window's
+		e.see(ms(1030), ms(1050), 39, 40) // the next window's: the edge lies in (990, 1020]
+		e.see(ms(1050), ms(1070), 0, 40)
+		return e
+	}
+	e := edge(20 * time.Millisecond)
+	lo, hi, ok := e.end()
+	require.True(t, ok)
+	require.Greater(t, hi.Sub(lo), edgeFine)
+	require.LessOrEqual(t, hi.Sub(lo), 5*20*time.Millisecond)
+	at, fine, _ := e.next(time.Time{})
+	assert.True(t, fine, "within five 20 ms round trips: no probe")
+	assert.Equal(t, hi, at, "its late bound")
+
+	at, fine, _ = edge(2 * time.Millisecond).next(time.Time{})
+	assert.False(t, fine, "as wide with 2 ms answers: a probe")
+	assert.True(t, at.Before(hi))
+}
