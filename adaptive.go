@@ -814,6 +814,6 @@ func (b *latencyBase) roll(now time.Time) {
 // quartiles returns the median of the samples (the upper one of the middle
 // two) and their interquartile range.
 func quartiles(s [latencySamples]time.Duration) (med, iqr time.Duration) {
-	slices.Sort(s[:]) // a copy
-	return s[len(s)/2], s[3*len(s)/4] - s[len(s)/4]
+	med = middle(s[:]) // sorts s, a copy
+	return med, s[3*len(s)/4] - s[len(s)/4]
 }

@@ -162,11 +162,8 @@ func (r *ramp) next(now time.Time, sent uint64) {
 // before the first answer of the ramp came back, 10 ms later, every one
 // refused by a bucket of 4 (about 1 run in 10).
 func (r *ramp) join(now time.Time, inFlight, sent uint64) (step int, at time.Time) {
-	if r.factor == 0 {
-		return 0, now
-	}
-	if inFlight < uint64(r.room()) {
-		return 0, now
+	if r.factor == 0 || inFlight < uint64(r.room()) {
+		return 0, now // not joinable, or room in flight
 	}
 	r.placed++
 	k := rampSteps(r.placed, r.factor)

@@ -123,12 +123,9 @@ func (u *upstream) schedule(now time.Time, jitter time.Duration) (t turn, w *wai
 	u.grow(now)
 	if u.start.ramp.active(now) && u.interval == 0 && !u.hold.held(now) {
 		if k, at := u.start.ramp.join(now, u.sent-u.replies, u.sent); k > 0 {
-			if u.bound > 0 && at.After(now.Add(u.bound)) {
-				at = now.Add(u.bound)
-			}
 			// Not firm: the ramp's time is no word of the server's,
 			// and the step goes on answers, sooner.
-			return turn{at: at, step: k, reprobes: u.hold.reprobes}, nil, pass{u: u}
+			return turn{at: u.withinBound(now, at), step: k, reprobes: u.hold.reprobes}, nil, pass{u: u}
 		}
 	}
 	t = u.turnAt(u.afterHold(now, jitter))
@@ -321,11 +318,10 @@ func (u *upstream) openLocked(now time.Time, answered bool) {
 	}
 	ramp := u.interval == 0 && !u.hold.held(now) // nothing else spaces the queue
 	step, factor := u.start.rampStep(now), 2
-	clocked := answered // the ramp goes on answers
-	switch {
-	case clocked && u.start.slowProbe(now):
+	switch { // an answered probe's ramp goes on answers
+	case answered && u.start.slowProbe(now):
 		factor = 4
-	case clocked:
+	case answered:
 		// A fast probe's ramp doubles, each step as soon as the one
 		// before has answered, or a slow probe's step after it:
 		// answers can come slower than the probe's (new connections,
@@ -341,24 +337,28 @@ func (u *upstream) openLocked(now time.Time, answered bool) {
 				sizes = append(sizes, 0)
 			}
 			sizes[k]++
-			if u.bound > 0 && at.After(now.Add(u.bound)) {
-				// Bounded trust: the requests ahead may give up, and
-				// nothing then goes before this turn.
-				at = now.Add(u.bound)
-			}
-			t := turn{at: at, firm: true, reprobes: u.hold.reprobes}
-			if clocked {
+			t := turn{at: u.withinBound(now, at), firm: true, reprobes: u.hold.reprobes}
+			if answered {
 				t.step = k + 1
 			}
 			return t
 		}
 		return u.turnAt(u.afterHold(now, 0))
 	})
-	if !clocked {
+	if !answered {
 		sizes = nil
 	}
 	u.start.ramp.begin(now, sizes, u.sent, step/3, now.Add(step*time.Duration(len(sizes))))
 	u.start.ramp.joinable(factor, step)
+}
+
+// withinBound holds a time on the ramp to the bound. Bounded trust: the
+// requests ahead may give up, and nothing then goes before it.
+func (u *upstream) withinBound(now, at time.Time) time.Time {
+	if u.bound > 0 && at.After(now.Add(u.bound)) {
+		return now.Add(u.bound)
+	}
+	return at
 }
 
 // abandon ends slow start when the probe will not be sent after all (its
