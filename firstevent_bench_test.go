@@ -14,7 +14,7 @@ import (
 
 // What the first-event check costs the caller: the time from calling
 // RoundTrip to holding the stream's first bytes, with the check on (the
-// default) and off, over three stub base transports that stream Anthropic's
+// default) and off, over four stub base transports that stream Anthropic's
 // events:
 //
 //   - memory: the body is in memory; every byte is there at once, so what is
@@ -24,7 +24,9 @@ import (
 //     stub's, one Write per event, as an HTTP/2 body's bytes come from its
 //     connection's reader;
 //   - loopback: an httptest server on 127.0.0.1 writes and flushes each
-//     event; the base is a pooled http.Transport (connections reused).
+//     event; the base is a pooled http.Transport (connections reused);
+//   - loopback-h2: the same over HTTP/2 with TLS, as LLM APIs are served:
+//     the body's bytes come from the connection's reader through a pipe.
 //
 // Each iteration reads the whole stream and closes it; the first-byte time
 // is reported as the metric first-byte-ns/op, next to sec/op for the whole.
@@ -32,8 +34,8 @@ import (
 //	go test -run '^$' -bench '^BenchmarkStreamFirstByte$' -count 10 . > /tmp/fe.txt
 //	benchstat -col /check /tmp/fe.txt
 
-// streamStubs are the stub base transports, by name. The loopback one
-// needs a server, closed by the returned function.
+// streamStubs are the stub base transports, by name. The loopback ones
+// need a server, closed by the returned function.
 func streamStub(tb testing.TB, name string) (http.RoundTripper, string, func()) {
 	header := func() http.Header { return http.Header{"Content-Type": {"text/event-stream"}} }
 	switch name {
@@ -55,8 +57,8 @@ func streamStub(tb testing.TB, name string) (http.RoundTripper, string, func()) 
 			}()
 			return &http.Response{StatusCode: 200, Header: header(), Body: pr, Request: req}, nil
 		}), "https://api.test/v1/messages", func() {}
-	case "loopback":
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	case "loopback", "loopback-h2":
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(200)
 			for _, ev := range strings.SplitAfter(anthropicStream, "\n\n") {
@@ -64,6 +66,12 @@ func streamStub(tb testing.TB, name string) (http.RoundTripper, string, func()) 
 				w.(http.Flusher).Flush()
 			}
 		}))
+		if name == "loopback" {
+			srv.Start()
+		} else {
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+		}
 		base := srv.Client().Transport.(*http.Transport).Clone()
 		return base, srv.URL + "/v1/messages", func() { base.CloseIdleConnections(); srv.Close() }
 	}
@@ -71,7 +79,7 @@ func streamStub(tb testing.TB, name string) (http.RoundTripper, string, func()) 
 	return nil, "", nil
 }
 
-var streamStubNames = []string{"memory", "pipe", "loopback"}
+var streamStubNames = []string{"memory", "pipe", "loopback", "loopback-h2"}
 
 func streamCheckTransport(base http.RoundTripper, on bool) *RetryTransport {
 	if on {
@@ -91,6 +99,9 @@ func TestStreamFirstByteStubs(t *testing.T) {
 				resp, body := roundTripStream(t, rt, get(t, url))
 				assert.Equal(t, anthropicStream, body, "%s, check %v", name, on)
 				assert.Equal(t, 1, Attempts(resp))
+				if want, ok := map[string]int{"loopback": 1, "loopback-h2": 2}[name]; ok {
+					assert.Equal(t, want, resp.ProtoMajor, "%s: the protocol", name)
+				}
 			}
 			done()
 		}
