@@ -197,8 +197,8 @@ const (
 	// its start):
 	// a server that has stopped refusing is not paced by old refusals.
 	observedFor = 30 * time.Second
-	// ceilingLift is how long a measured pace waits on the ceiling a 429
-	// left, with no 429 since, before it lifts it (see liftCeiling).
+	// ceilingLift is how long a stated or measured pace waits on the
+	// ceiling a 429 left, with no 429 since, before it lifts it (see liftCeiling).
 	ceilingLift = time.Second
 	// lumpSpread is the time over which a fixed window's pace spreads
 	// its whole quota; lumpMinLimit the least quota told apart as a
@@ -276,14 +276,16 @@ func (p *pacer) quickerFor(t turn) <-chan struct{} {
 	if !t.paced {
 		return nil
 	}
-	if !p.quicker.waiting() || p.coarse && p.interval > p.quickOf {
-		// A coarse quota's pace (a window taken for a bucket at first)
-		// counts from the slowest pace any waiter timed its wait by: a
-		// pace that slowed since the first came (a waiter that slept out
-		// its old time and came back) must not hide a quickening from
-		// it. With the first's (fast) pace kept, a pace that went from
-		// 99 to 33 a second and back to 103 woke nobody, and the queue
-		// went on at 33 a second for half a window. (The observed mode
+	if !p.quicker.waiting() || p.mode != paceObserved && p.interval > p.quickOf {
+		// A pace from the headers counts from the slowest pace any
+		// waiter timed its wait by: a pace that slowed since the first
+		// came (a waiter that slept out its old time and came back)
+		// must not hide a quickening from it. With the first's (fast)
+		// pace kept, a coarse quota's pace that went from 99 to 33 a
+		// second and back to 103 woke nobody, and the queue went on at
+		// 33 a second for half a window; a bucket of one stated to the
+		// millisecond, cut by a 429 and lifted back, sent nothing for
+		// a second while its queue slept through the lift. (The observed mode
 		// keeps the first's: woken on each of its climb's steps, a
 		// header-less 40 a second with 20 ms answers ended 1.3-1.5x the
 		// ideal about once in a hundred runs, over its 1.3x.)
@@ -335,7 +337,11 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 // shortfall is at most one unit at the proven rate, so a model that is
 // wrong cannot keep the upstream idle (the answer corrects it).
 func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
-	if p.mode == paceObserved {
+	if p.mode == paceObserved || !p.coarse && p.capacity <= 1 {
+		// No count to check against, or none finer than the pace: a
+		// bucket of one or two stated to the millisecond holds nothing
+		// for a pair, and each reading's hold comes only with its
+		// answer.
 		return p.spacing(now)
 	}
 	l := p.latest
@@ -401,13 +407,14 @@ func (p *pacer) dryPollTooLong(now time.Time) bool {
 	return now.Sub(p.dryPollFrom) >= max(p.bound, time.Second)
 }
 
-// spacing is shortfall in the observed mode: an attempt goes no sooner than
-// an interval after the last one the pace let go. The pace clock lets a
-// request whose slot has passed go at once (its waiter woke late, or the
-// pace quickened under it), and the next on its own slot just after: a
-// server that refuses above its rate, a bucket of one first, refuses the
-// pair's second. Nothing but 429s tells the rate here, so none is spent on
-// that.
+// spacing is shortfall in the observed mode, and for a bucket of one or two
+// stated finely: an attempt goes no sooner than an interval after the last
+// one the pace let go. The pace clock lets a request whose slot has passed
+// go at once (its waiter woke late, was held past it, or the pace quickened
+// under it), and the next on its own slot just after: a server that
+// refuses above its rate, a bucket of one first, refuses the pair's second.
+// In the observed mode nothing but 429s tells the rate, so none is spent on
+// that; a bucket of one refuses any pair.
 func (p *pacer) spacing(now time.Time) time.Duration {
 	if next := p.wentAt.Add(p.interval); p.interval > 0 && next.After(now) {
 		return next.Sub(now)
@@ -945,14 +952,16 @@ func (p *pacer) spotLateResets(now time.Time, q Quota, sent uint64) {
 // answer came late in its second was flagged late.
 const lateBy = 2*time.Second + 200*time.Millisecond
 
-// liftCeiling raises the ceiling a 429 left on a measured pace by
+// liftCeiling raises the ceiling a 429 left on a stated or measured pace by
 // rateRecover for every ceilingLift that passes with requests waiting on the
 // pace and no 429: a refusal proves the rate was too high then, not for
 // good. A burst that overran a quota once (slow start's herd, a window
-// already used up) would otherwise cap the pace below the server's rate for
-// the life of the transport, with quota left over at every reset.
+// already used up), or one attempt that came early (an answer faster than
+// the one before it, at a bucket of one), would otherwise cap the pace
+// below the server's rate for the life of the transport, with quota left
+// over at every reset. (The observed mode climbs by itself: see grow.)
 func (p *pacer) liftCeiling(now time.Time) {
-	if p.mode != paceMeasured || p.ceiling <= 0 || !p.binding(now) {
+	if p.mode != paceStated && p.mode != paceMeasured || p.ceiling <= 0 || !p.binding(now) {
 		return
 	}
 	if now.Sub(p.grewAt) < ceilingLift || now.Sub(p.lastNoes) < ceilingLift {

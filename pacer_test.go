@@ -341,20 +341,26 @@ func TestAPaceThatQuickensWakesWaitersThatCameWhileItWasSlow(t *testing.T) {
 	// waits by. Before the fix only the first waiter's 100 a second
 	// counted, 103 was not quicker by a tenth, and nobody woke: the queue
 	// went on at 33 a second for half a window.
-	p := &pacer{coarse: true, mode: paceMeasured}
-	now := testStart
-	p.setPace(now, 10*time.Millisecond)
-	p.tatV = p.slotsAt(now) + 50 // fifty wait on the pace
-	first := p.book(now)
-	c1 := p.quickerFor(first)
-	p.setPace(now, 30*time.Millisecond)
-	c2 := p.quickerFor(p.book(now))
-	p.setPace(now, 9700*time.Microsecond)
-	for i, c := range []<-chan struct{}{c1, c2} {
-		select {
-		case <-c:
-		default:
-			t.Errorf("waiter %d not woken by a pace three times quicker than the one it waited on", i+1)
+	//
+	// A stated pace (OpenAI's bucket of one, cut by a 429 and lifted back
+	// second by second) is the same: its queue slept through the lift,
+	// nothing was sent for up to a second, and the queue's slots then
+	// fell due together.
+	for _, p := range []*pacer{{coarse: true, mode: paceMeasured}, {mode: paceStated}} {
+		now := testStart
+		p.setPace(now, 10*time.Millisecond)
+		p.tatV = p.slotsAt(now) + 50 // fifty wait on the pace
+		first := p.book(now)
+		c1 := p.quickerFor(first)
+		p.setPace(now, 30*time.Millisecond)
+		c2 := p.quickerFor(p.book(now))
+		p.setPace(now, 9700*time.Microsecond)
+		for i, c := range []<-chan struct{}{c1, c2} {
+			select {
+			case <-c:
+			default:
+				t.Errorf("%s: waiter %d not woken by a pace three times quicker than the one it waited on", p.mode, i+1)
+			}
 		}
 	}
 }
@@ -505,4 +511,63 @@ func TestExactResetsPlacedByADateCutDownAreNotLate(t *testing.T) {
 		}
 		assert.False(t, u.lateResets, "first answer %v into the second", frac)
 	}
+}
+
+// fineReading is an OpenAI-style reading of a bucket of limit requests with
+// remaining left, full again reset from now: a relative, exact reset.
+func fineReading(limit, remaining int64, now time.Time, reset time.Duration) RateLimits {
+	return RateLimits{Requests: Quota{Limit: limit, Remaining: remaining, HasLimit: true, HasRemaining: true,
+		Reset: now.Add(reset)}, Replenishing: true}
+}
+
+func TestACeilingLeftByOne429OnAStatedPaceLifts(t *testing.T) {
+	// A bucket of one at 5 a second, its reset stated to the millisecond:
+	// one attempt that came early (an answer faster than the one before)
+	// drew a 429. The rate it states has not changed, and the pace
+	// recovers to it once no 429 has come for a while. Before, the
+	// ceiling that 429 left was lifted only on a measured pace: the
+	// stated one stayed under it for the life of the transport (234 ms
+	// apart where the reset allows 200 ms: 1.25x the ideal).
+	p := &pacer{}
+	now := testStart
+	answer(p, now, false, fineReading(1, 0, now, 200*time.Millisecond))
+	require.Equal(t, paceStated, p.mode)
+	stated := p.rate
+	answer(p, now.Add(190*time.Millisecond), true, fineReading(1, 0, now, 10*time.Millisecond))
+	p.throttled(now.Add(190*time.Millisecond), true, 10*time.Millisecond, true, p.sent, now)
+	require.Less(t, p.rate, stated, "the 429 cut the pace")
+	for i := 0; i < 30; i++ {
+		now = now.Add(200 * time.Millisecond)
+		for j := 0; j < 5; j++ {
+			p.book(now) // requests wait on the pace
+		}
+		answer(p, now, false, fineReading(1, 0, now, 200*time.Millisecond))
+	}
+	assert.InDelta(t, stated, p.rate, 0.01*stated, "six seconds without a 429: back to the stated rate")
+}
+
+func TestABucketOfOneStatedFinelyGoesOneAttemptAnIntervalApart(t *testing.T) {
+	// Slots fall due together when their waiters were held past them (a
+	// hold until the reset each reading states, longer than the pace's
+	// interval): the first goes when the hold ends, and the next, on its
+	// own slot long past, went right after it, before the first's answer
+	// held the upstream again: two at once at a bucket of one, and the
+	// second drew a 429. It waits out the interval from the first.
+	p := &pacer{}
+	now := testStart
+	answer(p, now, false, fineReading(1, 0, now, 200*time.Millisecond))
+	require.Equal(t, paceStated, p.mode)
+	require.LessOrEqual(t, p.capacity, 1.0)
+	later := now.Add(2 * time.Second) // the slots booked by now are all past
+	assert.Zero(t, p.shortfall(later, 0), "the first goes")
+	assert.Equal(t, p.interval-20*time.Millisecond, p.shortfall(later.Add(20*time.Millisecond), 1), "the next waits until an interval after it")
+	assert.Zero(t, p.shortfall(later.Add(p.interval), 1))
+
+	// A bucket with room for a burst is not spaced: its count and its
+	// pace's capacity allow the burst.
+	q := &pacer{}
+	answer(q, now, false, fineReading(100, 99, now, 10*time.Millisecond))
+	require.Greater(t, q.capacity, 1.0)
+	assert.Zero(t, q.shortfall(later, 0))
+	assert.Zero(t, q.shortfall(later, 1))
 }

@@ -397,13 +397,13 @@ func most429(w world) int {
 // so the list can shrink. What a gap cell must still do is in the test.
 func gap(w world) string {
 	switch {
-	case w.jitter:
-		return "answers of 5 to 35 ms: no one answer's time tells when the server counted it, so a bucket of one stated " +
-			"to the millisecond (OpenAI) is held half the shortest round trip of late short of its reset and paced a margin " +
-			"under its rate, and now and then an attempt still comes early: 1.23-1.25x the ideal with 1 of 60 seeing a 429; " +
-			"with no headers a bucket of one runs 1.26-1.38x with 4 to 6 of 60 seeing one (the observed pace is cut by the " +
-			"429s the varying answers bring). Larger buckets meet the targets (with no headers 1.04-1.23x, up to 20 of 500 " +
-			"seeing a 429; before the adaptive limit told the answers' spread from a rise, it cut them to 2 in flight: 1.6x)"
+	case w.jitter && w.family == "none":
+		return "answers of 5 to 35 ms with no rate-limit headers: a bucket of one runs 1.26-1.38x with 4 to 6 of 60 " +
+			"seeing a 429 (the observed pace is cut by the 429s the varying answers bring), and a bucket of 4 whose 429s " +
+			"name milliseconds now and then 1.39x. Larger buckets meet the targets (1.04-1.23x, up to 20 of 500 seeing a " +
+			"429; before the adaptive limit told the answers' spread from a rise, it cut them to 2 in flight: 1.6x). With " +
+			"headers every jittered cell meets them: OpenAI's bucket of one, 1.25x before its pace's ceiling lifted after a " +
+			"429 and its waiters woke when the pace quickened, is 1.14x"
 	case w.proxyDate:
 		return "resets or Retry-After dates on a server clock 1 or 5 s ahead of the Date (a proxy's): the Date cannot place " +
 			"them, and a bucket read full long before the reset a reading before it stated runs late resets, which then bound " +

@@ -107,6 +107,11 @@ func worlds() []world {
 		{name: "openai", cfg: worldProvider(retrytest.OpenAI)},
 		{name: "anthropic-ceil", cfg: worldProvider(retrytest.Anthropic)},
 		{name: "ietf", cfg: worldProvider(retrytest.IETF)},
+		// OpenAI's headers over a bucket of one (a unit every 25 ms, its
+		// reset stated to the millisecond), answers of 5 to 35 ms: an
+		// attempt timed by the last answer's reset comes early when its
+		// own answer is the faster.
+		{name: "openai-one-jitter", cfg: with(retrytest.OpenAI, func(c *retrytest.Config) { c.RateLimit.Burst = 1 }), jitter: true},
 	}
 }
 
@@ -382,8 +387,11 @@ func TestWorlds(t *testing.T) {
 		}
 		seen[w.name] = true
 		want := 5900 * time.Millisecond // (240 − 4)/40
-		if w.name == "github-window" {
+		switch w.name {
+		case "github-window":
 			want = 5 * time.Second // (240 − 40)/40
+		case "openai-one-jitter":
+			want = 5975 * time.Millisecond // (240 − 1)/40
 		}
 		if got := w.ideal(); got != want {
 			t.Errorf("world %s: ideal %v, want %v", w.name, got, want)
@@ -427,8 +435,9 @@ func TestWorldHeaders(t *testing.T) {
 		"openai":                  {"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "25ms"},
 		"anthropic-ceil":          {anthReset: "2026-01-02T03:04:06Z", "Anthropic-Ratelimit-Requests-Remaining": "3"},
 		"ietf":                    {"Ratelimit": `"default";r=3;t=1`, "Ratelimit-Policy": `"default";q=40;w=1`},
+		"openai-one-jitter":       {"X-Ratelimit-Limit-Requests": "1", "X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "25ms"},
 	}
-	limits := map[string]int{"github-window": 40} // requests admitted at once; worldBurst otherwise
+	limits := map[string]int{"github-window": 40, "openai-one-jitter": 1} // requests admitted at once; worldBurst otherwise
 	tr := cleanhttp.DefaultPooledTransport()
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
