@@ -71,6 +71,7 @@ type pacer struct {
 	ceiling  float64    // below the rate that last drew a 429; 0: none yet
 	proven   float64    // the highest lower bound on the rate readings gave since the last 429
 	sent     uint64     // attempts sent so far; orders responses against sends
+	synced   uint64     // the newest attempt whose answer's count set the pace clock (see syncRemaining)
 	rejected uint64     // 429s seen so far: sends the server did not count
 	mark     reading    // where the current drain measurement starts
 	use      quotaUse   // how much of a coarse quota the pace leaves unused
@@ -642,7 +643,7 @@ func (p *pacer) lostAfter(sent uint64) int {
 
 // forget drops the pace: nothing learned is kept.
 func (p *pacer) forget(now time.Time) {
-	keep := pacer{sent: p.sent, rejected: p.rejected, accepts: p.accepts, bound: p.bound, clockID: p.clockID,
+	keep := pacer{sent: p.sent, synced: p.synced, rejected: p.rejected, accepts: p.accepts, bound: p.bound, clockID: p.clockID,
 		lostSends: p.lostSends, lostNext: p.lostNext, holdEnd: p.holdEnd}
 	p.quicker.fire()
 	*p = keep
@@ -1089,9 +1090,16 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 		// every answer of the window was counted at or before it.
 		q.Remaining, sent = p.latest.remaining, p.latest.sent
 	}
-	unseen := 0.0
+	unseen, newest := 0.0, sent == 0 || sent >= p.synced
 	if sent > 0 { // 0: sent while the upstream was free, unnumbered
-		unseen = float64(p.sent-sent) - float64(p.lostAfter(sent))
+		// Those sent after the newest attempt whose answer's count was
+		// taken in: answers come back in any order, and that count
+		// already left out what was sent after it, no more. Counted
+		// from this attempt, a stale reading of none left, read after
+		// the answers to six attempts sent behind it, pushed the pace
+		// clock six intervals ahead with nothing in flight.
+		p.synced = max(p.synced, sent)
+		unseen = float64(p.sent-p.synced) - float64(p.lostAfter(p.synced))
 	}
 	spare := int64(headroom)
 	if tooSmallForHeadroom(q) || p.lumpy || endsWithin(now, q, p.interval) {
@@ -1102,12 +1110,21 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 	}
 	available := float64(q.Remaining-spare) - unseen
 	target := p.slotsAt(now) + (p.capacity - 1) + (1 - available)
-	if unseen == 0 && !p.binding(now) {
+	if newest && unseen == 0 && !p.binding(now) {
 		// It answers the newest attempt and nobody waits on a booked
 		// slot: what the server counts is the truth, in either way (a
 		// theoretical arrival time before now is a full bucket).
 		p.tatV = max(target, p.slotsAt(now))
 		return
+	}
+	if p.mode == paceObserved {
+		// The headers were found wanting: a count keeps the bucket
+		// from being overrun by the next unit, no further. Its
+		// forecast for the attempts still out (each one refused, by
+		// its word) pushed the pace clock as many intervals ahead, and
+		// when those were served instead, the upstream sat idle that
+		// long with nothing in flight; their answers pace it.
+		target = min(target, p.slotsAt(now)+p.capacity)
 	}
 	p.tatV = max(p.tatV, target)
 }
