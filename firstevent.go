@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -119,13 +120,20 @@ var streamErrorStatus = map[string]int{
 // size, and puts what it read back in front of the rest. It returns the
 // failure the event reports, or nil when the stream is to be handed over.
 func (c *call) checkFirstEvent(resp *http.Response) *streamFailure {
+	return peekFirstEvent(c.ctx, resp, c.policy.firstEventTimeout, c.policy.firstEventMax)
+}
+
+// peekFirstEvent is checkFirstEvent for a policy's timeout and maxBytes,
+// within ctx; the quick path calls it too, so that a stream that opens
+// well (most do) costs no attempt loop.
+func peekFirstEvent(ctx context.Context, resp *http.Response, timeout time.Duration, maxBytes int) *streamFailure {
 	slot := &resp.Body
 	if b := trackedBody(resp); b != nil {
 		slot = &b.rc
 	}
 	// peeking is set before peek starts: a caller that gets the body
 	// before the goroutine runs must wait for it, not read orig alongside.
-	p := &firstEventBody{orig: *slot, max: c.policy.firstEventMax, peeking: true}
+	p := &firstEventBody{orig: *slot, max: maxBytes, peeking: true}
 	if p.max >= firstReadSize {
 		p.pooled = peekBuffers.Get().(*[]byte)
 		p.buf = (*p.pooled)[:0]
@@ -143,14 +151,14 @@ func (c *call) checkFirstEvent(resp *http.Response) *streamFailure {
 	if p.peeking {
 		p.decided = make(chan struct{})
 		p.mu.Unlock()
-		timer := time.NewTimer(c.policy.firstEventTimeout)
+		timer := time.NewTimer(timeout)
 		select {
 		case <-p.decided:
 			timer.Stop()
 		case <-timer.C:
 			p.giveUp()
 			return nil
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			timer.Stop()
 			p.giveUp()
 			return nil

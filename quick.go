@@ -7,7 +7,8 @@ import (
 
 // The quick path: most requests are a first attempt, admitted at once by a
 // free upstream, that gets a plain answer (below 400, no rate-limit
-// headers, no word on retrying). For a transport whose configuration asks
+// headers, no word on retrying; a stream whose first event, checked here,
+// is no error). For a transport whose configuration asks
 // nothing more of such a request (quickAllowed), RoundTrip sends it and
 // checks the answer here, in a few lines, with no call to set up: the
 // attempt loop's code stays out of the instruction cache. Anything else
@@ -16,7 +17,8 @@ import (
 //
 // What the quick path does is what the loop does for such a request, in
 // the same order: admit's fast path (admit), the pass-through attempt
-// (send), the quiet answer (quiet). Keep them in step.
+// (send), the first-event check (judge), the quiet answer (quiet). Keep
+// them in step.
 
 // quickAllowed reports whether a transport configured as cfg, with slots
 // for WithMaxConcurrency, may send requests on the quick path: nothing it
@@ -83,8 +85,14 @@ func (t *RetryTransport) quickTrip(req *http.Request, u *upstream, tk *limitTick
 		return t.takeOver(req, u, tk, resp, err, nil)
 	}
 	scan := scanHeader(resp.Header)
-	if resp.StatusCode >= 400 || scan.rateLimit || scan.shouldRetry ||
-		t.cfg.policy.firstEventTimeout > 0 && scan.mayBeEventStream() || !u.free.Load() {
+	if resp.StatusCode >= 400 || scan.rateLimit || scan.shouldRetry || !u.free.Load() {
+		return t.takeOver(req, u, tk, resp, nil, &scan)
+	}
+	if pol := &t.cfg.policy; pol.firstEventTimeout > 0 && scan.mayBeEventStream() && isEventStream(resp) &&
+		peekFirstEvent(req.Context(), resp, pol.firstEventTimeout, pol.firstEventMax) != nil {
+		// A stream that opened with an error: the loop judges it
+		// (its check reads the same event again, from what this one
+		// read).
 		return t.takeOver(req, u, tk, resp, nil, &scan)
 	}
 	if resp.Request == nil {

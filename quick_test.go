@@ -231,6 +231,33 @@ func TestQuickPathHandsOverToTheLoop(t *testing.T) {
 		assert.Equal(t, 2, Attempts(resp))
 		assert.Equal(t, "ok", drain(t, resp))
 	})
+	stream := func(body string) func(*http.Request) (*http.Response, error) {
+		return reply(http.StatusOK, http.Header{"Content-Type": {"text/event-stream"}}, body)
+	}
+	t.Run("a stream that opens well is checked and handed over here", func(t *testing.T) {
+		r := &quickBase{}
+		rt := quickTransport(t, r)
+		r.then(stream(anthropicStream))
+		resp, err := rt.RoundTrip(newGet(t, context.Background()))
+		require.NoError(t, err)
+		assert.Equal(t, 1, Attempts(resp))
+		assert.Equal(t, anthropicStream, drain(t, resp), "the exact stream, its first event replayed")
+		assert.Equal(t, 0, rt.Stats()[0].InFlight)
+	})
+	t.Run("a stream that opens with an error is retried", func(t *testing.T) {
+		r := &quickBase{}
+		rt := quickTransport(t, r)
+		r.then(stream(overloadedEvent+anthropicStream), stream(anthropicStream))
+		resp, err := rt.RoundTrip(newGet(t, context.Background()))
+		require.NoError(t, err)
+		assert.Equal(t, 2, Attempts(resp))
+		assert.Equal(t, anthropicStream, drain(t, resp), "the second stream, exactly")
+		s := rt.Stats()[0]
+		assert.EqualValues(t, 4, s.Attempts)
+		assert.EqualValues(t, 1, s.Retries)
+		assert.EqualValues(t, 1, s.Failures, "the overloaded stream counts as the upstream's failure")
+		assert.Equal(t, 0, s.InFlight, "the superseded stream's slot released")
+	})
 	t.Run("rate-limit headers are observed", func(t *testing.T) {
 		r := &quickBase{}
 		rt := quickTransport(t, r)
