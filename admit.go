@@ -414,6 +414,7 @@ func (c *call) awaitProbe(u *upstream, w *waiter) (turn, pass, error) {
 	c.waited(WaitProbe, start)
 	t := u.claim(w)
 	if err != nil {
+		u.unbook(t) // the paced slot the probe's answer gave it, if any
 		return turn{}, pass{}, err
 	}
 	if t.at.IsZero() {

@@ -54,7 +54,7 @@ type pacer struct {
 	anchorV  float64
 	tatV     float64       // the theoretical arrival time, in slots
 	quicker  broadcast     // fired when the pace quickens
-	quickOf  time.Duration // the interval quicker's first waiter came at (the slowest, for a coarse quota)
+	quickOf  time.Duration // the interval quicker's first waiter came at (the slowest, for a pace from the headers: see quickerFor)
 	// holdEnd is when the upstream's last hold ends (or was to end, if a
 	// reading lifted it). A pace that slows before then changes at that
 	// time, not now: a turn booked at the end of the hold waited for a
@@ -71,7 +71,7 @@ type pacer struct {
 	ceiling  float64    // below the rate that last drew a 429; 0: none yet
 	proven   float64    // the highest lower bound on the rate readings gave since the last 429
 	sent     uint64     // attempts sent so far; orders responses against sends
-	synced   uint64     // the newest attempt whose answer's count set the pace clock (see syncRemaining)
+	synced   uint64     // the newest attempt whose answer's count set the pace clock (see syncRemaining); forgotten with the clock
 	rejected uint64     // 429s seen so far: sends the server did not count
 	mark     reading    // where the current drain measurement starts
 	use      quotaUse   // how much of a coarse quota the pace leaves unused
@@ -107,18 +107,23 @@ type pacer struct {
 	firm       bool    // the pace is what the server stated (see turn.firm)
 	measured   bool    // a drain measurement has stated the rate
 
-	accepts  acceptCounter // successes, for the observed mode
-	grewAt   time.Time     // when the observed rate last rose
-	lastNoes time.Time     // when the last 429 came
-	cutSent  uint64        // the attempts sent when the rate was last cut
-	since    time.Time     // when the observed mode began
-	cuts     int           // cuts in the observed mode's first second
-	served   uint64        // successes answered so far (see streak)
-	streak   refusals      // the first 429 of the latest run of them
-	runEst   float64       // the rate the latest run measured; 0: none
-	inRun    bool          // the latest 429 extends a run (see runRate)
-	wentAt   time.Time     // when the observed pace last let an attempt go (see spacing)
-	since0   float64       // the rate the observed mode began at
+	accepts acceptCounter // successes, for the observed mode
+	grewAt  time.Time     // when the observed rate last rose
+	// lifted is set when the ceiling was lifted since the last cut;
+	// liftEvery is how long a ceiling waits before each lift (ceilingLift
+	// at first, doubled by each 429 that follows a lift: see liftCeiling).
+	lifted    bool
+	liftEvery time.Duration
+	lastNoes  time.Time // when the last 429 came
+	cutSent   uint64    // the attempts sent when the rate was last cut
+	since     time.Time // when the observed mode began
+	cuts      int       // cuts in the observed mode's first second
+	served    uint64    // successes answered so far (see streak)
+	streak    refusals  // the first 429 of the latest run of them
+	runEst    float64   // the rate the latest run measured; 0: none
+	inRun     bool      // the latest 429 extends a run (see runRate)
+	wentAt    time.Time // when the observed pace last let an attempt go (see spacing)
+	since0    float64   // the rate the observed mode began at
 	// okSent and okAt are the latest-sent attempt served so far and when
 	// it was sent (see servedSent); unitCap is the most the observed rate
 	// may be, by the waits 429s named in milliseconds (see fineBound and
@@ -198,6 +203,9 @@ const (
 	// its start):
 	// a server that has stopped refusing is not paced by old refusals.
 	observedFor = 30 * time.Second
+	// maxCeilingLift is the longest a ceiling waits between lifts (see
+	// liftCeiling).
+	maxCeilingLift = 32 * time.Second
 	// ceilingLift is how long a stated or measured pace waits on the
 	// ceiling a 429 left, with no 429 since, before it lifts it (see liftCeiling).
 	ceilingLift = time.Second
@@ -309,15 +317,15 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 	at := now
 	switch {
 	case interval <= 0:
-		p.anchorV, p.tatV = 0, 0
+		p.anchorV, p.tatV, p.synced = 0, 0, 0 // synced: its count set a clock no longer kept
 	case p.interval > 0:
 		if interval > p.interval && p.holdEnd.After(now) {
 			at = p.holdEnd // slower from the hold's end (see holdEnd)
 		}
 		p.anchorV = p.slotsAt(at)
 	default:
-		p.anchorV, p.tatV = 0, 0
-		p.clockID++ // a new pace clock: slots booked on an old one mean nothing on it
+		p.anchorV, p.tatV, p.synced = 0, 0, 0 // synced: its count set a clock no longer kept
+		p.clockID++                           // a new pace clock: slots booked on an old one mean nothing on it
 		// What was sent before the pace began (slow start's burst) says
 		// nothing of the pace: its answers do not cut it (see cut). A cut
 		// from them would hold a first guess down for good.
@@ -340,9 +348,9 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	if p.mode == paceObserved || !p.coarse && p.capacity <= 1 {
 		// No count to check against, or none finer than the pace: a
-		// bucket of one or two stated to the millisecond holds nothing
-		// for a pair, and each reading's hold comes only with its
-		// answer.
+		// quota of one or two not read in whole seconds (OpenAI's
+		// bucket of one, an IETF policy of q=1) holds nothing for a
+		// pair, and each reading's hold comes only with its answer.
 		return p.spacing(now)
 	}
 	l := p.latest
@@ -408,8 +416,8 @@ func (p *pacer) dryPollTooLong(now time.Time) bool {
 	return now.Sub(p.dryPollFrom) >= max(p.bound, time.Second)
 }
 
-// spacing is shortfall in the observed mode, and for a bucket of one or two
-// stated finely: an attempt goes no sooner than an interval after the last
+// spacing is shortfall in the observed mode, and for a quota of one or two
+// not read in whole seconds: an attempt goes no sooner than an interval after the last
 // one the pace let go. The pace clock lets a request whose slot has passed
 // go at once (its waiter woke late, was held past it, or the pace quickened
 // under it), and the next on its own slot just after: a server that
@@ -643,7 +651,7 @@ func (p *pacer) lostAfter(sent uint64) int {
 
 // forget drops the pace: nothing learned is kept.
 func (p *pacer) forget(now time.Time) {
-	keep := pacer{sent: p.sent, synced: p.synced, rejected: p.rejected, accepts: p.accepts, bound: p.bound, clockID: p.clockID,
+	keep := pacer{sent: p.sent, rejected: p.rejected, accepts: p.accepts, bound: p.bound, clockID: p.clockID,
 		lostSends: p.lostSends, lostNext: p.lostNext, holdEnd: p.holdEnd}
 	p.quicker.fire()
 	*p = keep
@@ -759,6 +767,12 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 		return
 	}
 	p.cutSent = p.sent
+	if p.lifted {
+		// The lift drew this 429: the server takes less than it
+		// states, or than the pace proved. The next lifts wait longer.
+		p.liftEvery = min(2*p.liftWait(), maxCeilingLift)
+	}
+	p.lifted = false
 	if p.mode == paceMeasured {
 		p.earlyResets = true // the bounds were too hopeful
 	}
@@ -960,16 +974,35 @@ const lateBy = 2*time.Second + 200*time.Millisecond
 // already used up), or one attempt that came early (an answer faster than
 // the one before it, at a bucket of one), would otherwise cap the pace
 // below the server's rate for the life of the transport, with quota left
-// over at every reset. (The observed mode climbs by itself: see grow.)
+// over at every reset. On a stated pace, a 429 that follows a lift doubles
+// the wait before the next (up to maxCeilingLift; see liftWait): a server
+// that takes less than it states (a reset computed short, a second limit
+// the headers do not show) drew three 429s every five seconds from a pace
+// lifted back each second, for good; now fewer and fewer. (The observed
+// mode climbs by itself: see grow.)
 func (p *pacer) liftCeiling(now time.Time) {
 	if p.mode != paceStated && p.mode != paceMeasured || p.ceiling <= 0 || !p.binding(now) {
 		return
 	}
-	if now.Sub(p.grewAt) < ceilingLift || now.Sub(p.lastNoes) < ceilingLift {
+	if every := p.liftWait(); now.Sub(p.grewAt) < every || now.Sub(p.lastNoes) < every {
 		return
 	}
+	p.lifted = true
 	p.ceiling *= rateRecover
 	p.grewAt = now
+}
+
+// liftWait is how long the ceiling waits before its next lift: on a
+// measured pace always ceilingLift. A measured pace's rate is its own
+// estimate, which a lift tests; backing off there kept a GitHub window of
+// five a second, paced as a bucket, under its rate: 1.17-1.24x the ideal
+// became 1.35-1.44x (three runs of the matrix). A stated rate is the
+// server's word, and a lift that draws a 429 says it is wrong.
+func (p *pacer) liftWait() time.Duration {
+	if p.mode != paceStated {
+		return ceilingLift
+	}
+	return max(p.liftEvery, ceilingLift)
 }
 
 // spotLump tells a fixed window behind bucket-like headers (GitHub's

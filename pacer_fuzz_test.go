@@ -330,7 +330,7 @@ func runPacerFuzz(t *testing.T, data []byte) {
 			i := r.pick(len(queue))
 			q := queue[i]
 			if q.w != nil {
-				u.claim(q.w)
+				q.t = u.claim(q.w) // the turn the probe's answer gave it, to give back (awaitProbe)
 			}
 			q.p.abandon(now)
 			tat := u.tatV

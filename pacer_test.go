@@ -533,8 +533,11 @@ func TestACeilingLeftByOne429OnAStatedPaceLifts(t *testing.T) {
 	answer(p, now, false, fineReading(1, 0, now, 200*time.Millisecond))
 	require.Equal(t, paceStated, p.mode)
 	stated := p.rate
-	answer(p, now.Add(190*time.Millisecond), true, fineReading(1, 0, now, 10*time.Millisecond))
-	p.throttled(now.Add(190*time.Millisecond), true, 10*time.Millisecond, true, p.sent, now)
+	early := now.Add(190 * time.Millisecond) // a 429, in the order the upstream tells the pacer
+	p.sent++
+	p.answered(early, true)
+	p.throttled(early, true, 10*time.Millisecond, true, p.sent, now)
+	p.learn(early, fineReading(1, 0, early, 10*time.Millisecond), p.sent)
 	require.Less(t, p.rate, stated, "the 429 cut the pace")
 	for i := 0; i < 30; i++ {
 		now = now.Add(200 * time.Millisecond)
@@ -570,4 +573,63 @@ func TestABucketOfOneStatedFinelyGoesOneAttemptAnIntervalApart(t *testing.T) {
 	require.Greater(t, q.capacity, 1.0)
 	assert.Zero(t, q.shortfall(later, 0))
 	assert.Zero(t, q.shortfall(later, 1))
+}
+
+func TestLiftsThatDraw429sComeLessOften(t *testing.T) {
+	// A bucket of one that states 10 a second and takes less: every
+	// lift of the ceiling draws a 429. Lifted back each second, the pace
+	// drew one every second or two for good; each 429 that follows a
+	// lift now doubles the wait before the next.
+	p := &pacer{}
+	now := testStart
+	reading := func() RateLimits { return fineReading(1, 0, now, 100*time.Millisecond) }
+	refuse := func() {
+		p.sent++
+		p.answered(now, true)
+		p.throttled(now, true, 0, false, p.sent, now)
+		p.learn(now, reading(), p.sent)
+	}
+	answer(p, now, false, reading())
+	refuse()
+	require.Positive(t, p.ceiling)
+	refused, lastLift := 1, now
+	var waits []time.Duration
+	for end := now.Add(time.Minute); now.Before(end); {
+		now = now.Add(100 * time.Millisecond)
+		p.book(now) // requests wait on the pace
+		p.book(now)
+		before := p.ceiling
+		answer(p, now, false, reading())
+		if p.ceiling > before { // lifted: the server refuses the lifted pace
+			waits = append(waits, now.Sub(lastLift))
+			lastLift = now
+			now = now.Add(100 * time.Millisecond)
+			refuse()
+			refused++
+		}
+	}
+	assert.LessOrEqual(t, refused, 7, "429s in a minute, each drawn by a lift (waits between lifts %v)", waits)
+	require.NotEmpty(t, waits)
+	assert.GreaterOrEqual(t, waits[len(waits)-1], 16*time.Second, "the waits double: %v", waits)
+}
+
+func TestACountReadLateAfterTheClockWasForgottenCountsWhatWentAfterIt(t *testing.T) {
+	// Attempt 10's count said none left; the pace was then forgotten
+	// (a poisoned pace, or the observed mode outliving its 429s), and a
+	// late answer to attempt 5 says 5 left. Its count leaves out the five
+	// attempts sent after it: none may go at once. Counted from attempt
+	// 10, whose count the forgotten clock no longer holds, 4 of 10 went.
+	p := &pacer{}
+	now := testStart
+	p.sent = 1
+	p.learn(now, fineReading(10, 9, now, 100*time.Millisecond), 1)
+	p.sent = 10
+	now = now.Add(5 * time.Millisecond)
+	p.learn(now, fineReading(10, 0, now, time.Second), 10)
+	p.forget(now)
+	now = now.Add(5 * time.Millisecond)
+	p.learn(now, fineReading(10, 5, now, 500*time.Millisecond), 5)
+	for i := 0; i < 10; i++ {
+		assert.True(t, p.book(now).at.After(now), "booking %d went at once", i+1)
+	}
 }

@@ -88,12 +88,16 @@ func (t *RetryTransport) quickTrip(req *http.Request, u *upstream, tk *limitTick
 	if resp.StatusCode >= 400 || scan.rateLimit || scan.shouldRetry || !u.free.Load() {
 		return t.takeOver(req, u, tk, resp, nil, &scan)
 	}
-	if pol := &t.cfg.policy; pol.firstEventTimeout > 0 && scan.mayBeEventStream() && isEventStream(resp) &&
-		peekFirstEvent(req.Context(), resp, pol.firstEventTimeout, pol.firstEventMax) != nil {
-		// A stream that opened with an error: the loop judges it
-		// (its check reads the same event again, from what this one
-		// read).
-		return t.takeOver(req, u, tk, resp, nil, &scan)
+	if pol := &t.cfg.policy; pol.firstEventTimeout > 0 && scan.mayBeEventStream() && isEventStream(resp) {
+		// A stream that opened with an error goes to the loop, which
+		// judges it (its check reads the same event again, from what
+		// this one read); so does one whose upstream stopped being
+		// free while the first event was awaited (a 429 to another
+		// request), for the pace to count it, as the loop's observe
+		// would have.
+		if peekFirstEvent(req.Context(), resp, pol.firstEventTimeout, pol.firstEventMax) != nil || !u.free.Load() {
+			return t.takeOver(req, u, tk, resp, nil, &scan)
+		}
 	}
 	if resp.Request == nil {
 		resp.Request = req

@@ -234,7 +234,7 @@ func TestQuickPathHandsOverToTheLoop(t *testing.T) {
 	stream := func(body string) func(*http.Request) (*http.Response, error) {
 		return reply(http.StatusOK, http.Header{"Content-Type": {"text/event-stream"}}, body)
 	}
-	t.Run("a stream that opens well is checked and handed over here", func(t *testing.T) {
+	t.Run("a stream that opens well is handed over exactly as it came", func(t *testing.T) {
 		r := &quickBase{}
 		rt := quickTransport(t, r)
 		r.then(stream(anthropicStream))
@@ -257,6 +257,39 @@ func TestQuickPathHandsOverToTheLoop(t *testing.T) {
 		assert.EqualValues(t, 1, s.Retries)
 		assert.EqualValues(t, 1, s.Failures, "the overloaded stream counts as the upstream's failure")
 		assert.Equal(t, 0, s.InFlight, "the superseded stream's slot released")
+	})
+	t.Run("a stream whose upstream is paced by the time its first event comes is counted by the pace", func(t *testing.T) {
+		// While the stream's first event is awaited, another request
+		// draws a 429: the upstream is paced from then on, and the
+		// stream's answer, a success, is what the pace counts. Served
+		// on the quick path after its peek, it went uncounted.
+		r := &quickBase{}
+		rt := quickTransport(t, r)
+		pr, pw := io.Pipe()
+		other := make(chan struct{})
+		r.then(func(req *http.Request) (*http.Response, error) {
+			go func() { // the other request, then the stream's first event
+				if resp, err := rt.RoundTrip(newGet(t, context.Background())); err == nil {
+					resp.Body.Close()
+				}
+				close(other)
+				io.WriteString(pw, anthropicStream)
+				pw.Close()
+			}()
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: pr, Request: req}, nil
+		}, reply(http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, "slow down"))
+		u := rt.upstreams.last.Load()
+		servedSoFar := func() uint64 { u.mu.Lock(); defer u.mu.Unlock(); return u.served }
+		before := servedSoFar()
+		resp, err := rt.RoundTrip(newGet(t, context.Background()))
+		require.NoError(t, err)
+		<-other
+		served := servedSoFar() - before
+		assert.Equal(t, anthropicStream, drain(t, resp))
+		assert.Equal(t, 1, Attempts(resp))
+		require.NotEqual(t, paceOff, u.mode, "the 429 paced the upstream")
+		assert.EqualValues(t, 2, served, "the other request's retry and the stream, both served while paced")
+		assert.Equal(t, 0, rt.Stats()[0].InFlight)
 	})
 	t.Run("rate-limit headers are observed", func(t *testing.T) {
 		r := &quickBase{}
