@@ -107,23 +107,23 @@ type pacer struct {
 	firm       bool    // the pace is what the server stated (see turn.firm)
 	measured   bool    // a drain measurement has stated the rate
 
-	accepts acceptCounter // successes, for the observed mode
-	grewAt  time.Time     // when the observed rate last rose
+	accepts  acceptCounter // successes, for the observed mode
+	grewAt   time.Time     // when the observed rate last rose
+	lastNoes time.Time     // when the last 429 came
+	cutSent  uint64        // the attempts sent when the rate was last cut
+	since    time.Time     // when the observed mode began
+	cuts     int           // cuts in the observed mode's first second
+	served   uint64        // successes answered so far (see streak)
+	streak   refusals      // the first 429 of the latest run of them
+	runEst   float64       // the rate the latest run measured; 0: none
+	inRun    bool          // the latest 429 extends a run (see runRate)
+	wentAt   time.Time     // when the observed pace last let an attempt go (see spacing)
+	since0   float64       // the rate the observed mode began at
 	// lifted is set when the ceiling was lifted since the last cut;
 	// liftEvery is how long a ceiling waits before each lift (ceilingLift
 	// at first, doubled by each 429 that follows a lift: see liftCeiling).
 	lifted    bool
 	liftEvery time.Duration
-	lastNoes  time.Time // when the last 429 came
-	cutSent   uint64    // the attempts sent when the rate was last cut
-	since     time.Time // when the observed mode began
-	cuts      int       // cuts in the observed mode's first second
-	served    uint64    // successes answered so far (see streak)
-	streak    refusals  // the first 429 of the latest run of them
-	runEst    float64   // the rate the latest run measured; 0: none
-	inRun     bool      // the latest 429 extends a run (see runRate)
-	wentAt    time.Time // when the observed pace last let an attempt go (see spacing)
-	since0    float64   // the rate the observed mode began at
 	// okSent and okAt are the latest-sent attempt served so far and when
 	// it was sent (see servedSent); unitCap is the most the observed rate
 	// may be, by the waits 429s named in milliseconds (see fineBound and
@@ -207,7 +207,8 @@ const (
 	// liftCeiling).
 	maxCeilingLift = 32 * time.Second
 	// ceilingLift is how long a stated or measured pace waits on the
-	// ceiling a 429 left, with no 429 since, before it lifts it (see liftCeiling).
+	// ceiling a 429 left, with no 429 since, before it lifts it (see
+	// liftCeiling).
 	ceilingLift = time.Second
 	// lumpSpread is the time over which a fixed window's pace spreads
 	// its whole quota; lumpMinLimit the least quota told apart as a
@@ -294,10 +295,11 @@ func (p *pacer) quickerFor(t turn) <-chan struct{} {
 		// second and back to 103 woke nobody, and the queue went on at
 		// 33 a second for half a window; a bucket of one stated to the
 		// millisecond, cut by a 429 and lifted back, sent nothing for
-		// a second while its queue slept through the lift. (The observed mode
-		// keeps the first's: woken on each of its climb's steps, a
-		// header-less 40 a second with 20 ms answers ended 1.3-1.5x the
-		// ideal about once in a hundred runs, over its 1.3x.)
+		// a second while its queue slept through the lift. (The
+		// observed mode keeps the first's: woken on each of its climb's
+		// steps, a header-less 40 a second with 20 ms answers ended
+		// 1.3-1.5x the ideal about once in a hundred runs, over its
+		// 1.3x.)
 		p.quickOf = p.interval
 	}
 	return p.quicker.wait()
@@ -417,13 +419,13 @@ func (p *pacer) dryPollTooLong(now time.Time) bool {
 }
 
 // spacing is shortfall in the observed mode, and for a quota of one or two
-// not read in whole seconds: an attempt goes no sooner than an interval after the last
-// one the pace let go. The pace clock lets a request whose slot has passed
-// go at once (its waiter woke late, was held past it, or the pace quickened
-// under it), and the next on its own slot just after: a server that
-// refuses above its rate, a bucket of one first, refuses the pair's second.
-// In the observed mode nothing but 429s tells the rate, so none is spent on
-// that; a bucket of one refuses any pair.
+// not read in whole seconds: an attempt goes no sooner than an interval
+// after the last one the pace let go. The pace clock lets a request whose
+// slot has passed go at once (its waiter woke late, was held past it, or
+// the pace quickened under it), and the next on its own slot just after: a
+// server that refuses above its rate, a bucket of one first, refuses the
+// pair's second. In the observed mode nothing but 429s tells the rate, so
+// none is spent on that; a bucket of one refuses any pair.
 func (p *pacer) spacing(now time.Time) time.Duration {
 	if next := p.wentAt.Add(p.interval); p.interval > 0 && next.After(now) {
 		return next.Sub(now)

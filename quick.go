@@ -94,7 +94,8 @@ func (t *RetryTransport) quickTrip(req *http.Request, u *upstream, tk *limitTick
 		// this one read); so does one whose upstream stopped being
 		// free while the first event was awaited (a 429 to another
 		// request), for the pace to count it, as the loop's observe
-		// would have.
+		// would have. (Its check waits once more for a first event
+		// that this one gave up on: both are bounded by the timeout.)
 		if peekFirstEvent(req.Context(), resp, pol.firstEventTimeout, pol.firstEventMax) != nil || !u.free.Load() {
 			return t.takeOver(req, u, tk, resp, nil, &scan)
 		}
