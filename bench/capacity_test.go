@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryhttp/retryhttp"
 	"github.com/retryhttp/retryhttp/retrytest"
 )
 
@@ -236,5 +237,58 @@ func TestCapped(t *testing.T) {
 	st := p.Stats()
 	if r.failed != 0 || st.Statuses[http.StatusServiceUnavailable] != 0 || st.PeakInService > 3 || len(r.latencies) != w.requests() {
 		t.Fatalf("%d failed, %d refused, peak %d, %d served; want 0, 0, at most 3, %d", r.failed, st.Statuses[http.StatusServiceUnavailable], st.PeakInService, len(r.latencies), w.requests())
+	}
+}
+
+// BenchmarkCapacityRamp shows where a cold start's time goes in the main
+// capacity world (50 slots of 20 ms, 150 callers of 10): it runs the
+// scenario through retryhttp, samples the provider's requests in service
+// every 5 ms, and reports when the capacity was first full (full-ms) and
+// how full it was, on average, from then to the end (after-full), next to
+// the run's of-limit; the log shows the first 200 ms. Run it with
+// -benchtime 1x.
+func BenchmarkCapacityRamp(b *testing.B) {
+	w := capacityWorlds[0]
+	for i := 0; i < b.N; i++ {
+		base := cleanhttp.DefaultPooledTransport()
+		client := &http.Client{Transport: retryhttp.New(base)}
+		p := retrytest.NewServer(w.provider())
+		stop, sampled := make(chan struct{}), make(chan []int)
+		go func() {
+			var in []int
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					sampled <- in
+					return
+				case <-tick.C:
+					in = append(in, p.Stats().InService)
+				}
+			}
+		}()
+		r := runClosedLoop(client, p.URL+messagesPath, w.callers, w.each, capacityReqTimeout, capacityRunTimeout)
+		close(stop)
+		in := <-sampled
+		base.CloseIdleConnections()
+		p.Close()
+		full, sum := -1, 0
+		for k, n := range in {
+			if full < 0 && n >= w.slots {
+				full = k
+			}
+			if full >= 0 {
+				sum += n
+			}
+		}
+		if full < 0 {
+			b.Fatalf("the capacity was never full: %v", in)
+		}
+		b.ReportMetric(float64((full+1)*5), "full-ms")
+		b.ReportMetric(float64(sum)/float64(len(in)-full)/float64(w.slots), "after-full")
+		b.ReportMetric(w.ideal().Seconds()/r.wall.Seconds(), "of-limit") // every request served (else failed/op)
+		b.ReportMetric(float64(r.failed), "failed/op")
+		b.Logf("in service every 5 ms, the first 200 ms: %v", in[:min(40, len(in))])
 	}
 }
