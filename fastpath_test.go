@@ -3,9 +3,11 @@ package retryhttp
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -125,4 +127,33 @@ func TestStatsCountQuickFirstAttempts(t *testing.T) {
 	assert.EqualValues(t, 6, s.Attempts, "the fourth request took three attempts")
 	assert.EqualValues(t, 2, s.Retries)
 	assert.EqualValues(t, 2, s.Failures)
+}
+
+// TestResponseWrapperFitsItsSizeClass guards the one allocation a plain
+// request costs the transport: the body wrapper is made for every response,
+// and a field more would take it from the 48-byte size class to 64 (more to
+// clear and to scan on every request).
+func TestResponseWrapperFitsItsSizeClass(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(responseBody{}), uintptr(48))
+}
+
+// TestAttemptsSurviveTheBodysRelease checks that the attempt count, kept in
+// the same word as the held bit, reads the same before and after the body
+// releases what it holds, and that a count too large for the word is capped
+// rather than read as held.
+func TestAttemptsSurviveTheBodysRelease(t *testing.T) {
+	var l concurrencyLimit
+	l.inflight.Add(1)
+	resp := &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("x"))}
+	wrapResponseBody(resp, 3, nil, &l, l.epoch.Load())
+	assert.Equal(t, 3, Attempts(resp))
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, 3, Attempts(resp), "the count outlives the release")
+	assert.Zero(t, l.inflight.Load(), "the slot was released once")
+	require.NoError(t, resp.Body.Close())
+	assert.Zero(t, l.inflight.Load(), "and only once")
+
+	huge := &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}
+	wrapResponseBody(huge, math.MaxInt, nil, nil, 0)
+	assert.Equal(t, heldBit-1, Attempts(huge))
 }

@@ -23,18 +23,36 @@ const drainTimeout = 200 * time.Millisecond
 // the attempt count (see Attempts) and why retrying stopped, and runs done
 // once when the body is closed or read to EOF: that is when the attempt's
 // resources (its timeout context, later its concurrency slot) are released.
+//
+// It is made for every response, so it is kept within 48 bytes (an
+// allocation size class): the attempt count and whether anything is still
+// held share one word.
 type responseBody struct {
-	rc       io.ReadCloser
-	attempts int
-	done     func()
-	limit    *concurrencyLimit // released with done: the attempt's slot in the adaptive limit
-	epoch    uint32            // the limit's epoch when the attempt was sent
-	// held is 1 while done or limit is still to be released, 0 once
-	// released (or with nothing to release): set in the literal that
-	// makes the body, before anyone else sees it, and accessed atomically
-	// from then on (Read and Close may race).
-	held    uint32
-	verdict *verdict // set only when an error status is returned
+	rc      io.ReadCloser
+	done    func()
+	limit   *concurrencyLimit // released with done: the attempt's slot in the adaptive limit
+	verdict *verdict          // set only when an error status is returned
+	epoch   uint32            // the limit's epoch when the attempt was sent
+	// state is the attempt count, with heldBit set while done or limit
+	// is still to be released (cleared once released, or with nothing to
+	// release): set in the literal that makes the body, before anyone
+	// else sees it, and accessed atomically from then on (Read, Close and
+	// Attempts may race).
+	state uint32
+}
+
+// heldBit is the bit of responseBody.state that says something is still
+// to be released; the bits below it are the attempt count.
+const heldBit = 1 << 31
+
+// bodyState is the initial state of a body after attempts, with done and
+// limit (either may be nil) to release.
+func bodyState(attempts int, done func(), limit *concurrencyLimit) uint32 {
+	n := uint32(min(attempts, heldBit-1))
+	if done != nil || limit != nil {
+		n |= heldBit
+	}
+	return n
 }
 
 // verdict is what the transport decided about an error response it
@@ -65,14 +83,15 @@ func (b *responseBody) Close() error {
 // small enough to inline: Close after EOF (the usual order) finds it done
 // without a call or a locked instruction.
 func (b *responseBody) finish() {
-	if atomic.LoadUint32(&b.held) != 0 {
+	if atomic.LoadUint32(&b.state)&heldBit != 0 {
 		b.release()
 	}
 }
 
 // release is finish past its first test.
 func (b *responseBody) release() {
-	if !atomic.CompareAndSwapUint32(&b.held, 1, 0) {
+	state := atomic.LoadUint32(&b.state)
+	if state&heldBit == 0 || !atomic.CompareAndSwapUint32(&b.state, state, state&^heldBit) {
 		return // released meanwhile
 	}
 	if b.done != nil {
@@ -81,14 +100,6 @@ func (b *responseBody) release() {
 	if b.limit != nil {
 		b.limit.release(b.epoch)
 	}
-}
-
-// holding is the initial held of a body with done and limit to release.
-func holding(done func(), limit *concurrencyLimit) uint32 {
-	if done != nil || limit != nil {
-		return 1
-	}
-	return 0
 }
 
 // readWriteBody keeps the io.ReadWriteCloser of a 101 Switching Protocols
@@ -110,7 +121,7 @@ func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *con
 	if resp.StatusCode == http.StatusSwitchingProtocols && wrapUpgraded(resp, rc, attempts, done, limit, epoch) {
 		return // the status first: no interface assertion on the common path
 	}
-	b := &responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch, held: holding(done, limit)}
+	b := &responseBody{rc: rc, done: done, limit: limit, epoch: epoch, state: bodyState(attempts, done, limit)}
 	resp.Body = b
 	if rc == http.NoBody {
 		// Nothing to read (HEAD, 204, 304, an empty body): the attempt is
@@ -125,7 +136,7 @@ func wrapResponseBody(resp *http.Response, attempts int, done func(), limit *con
 func wrapUpgraded(resp *http.Response, rc io.ReadCloser, attempts int, done func(), limit *concurrencyLimit, epoch uint32) bool {
 	rwc, ok := rc.(io.ReadWriteCloser)
 	if ok {
-		resp.Body = &readWriteBody{responseBody{rc: rc, attempts: attempts, done: done, limit: limit, epoch: epoch, held: holding(done, limit)}, rwc}
+		resp.Body = &readWriteBody{responseBody{rc: rc, done: done, limit: limit, epoch: epoch, state: bodyState(attempts, done, limit)}, rwc}
 	}
 	return ok
 }
@@ -149,7 +160,7 @@ func trackedBody(resp *http.Response) *responseBody {
 // response or one that did not come from a RetryTransport.
 func Attempts(resp *http.Response) int {
 	if b := trackedBody(resp); b != nil {
-		return b.attempts
+		return int(atomic.LoadUint32(&b.state) &^ heldBit)
 	}
 	return 0
 }
