@@ -390,6 +390,13 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	if inFlight == 0 {
 		short = min(short, 1)
 	}
+	if inFlight == 0 && have >= 1 && short/p.proven > unitProbeMax.Seconds() && p.withinBound(l.at, l.reset) {
+		// Nothing out and a unit surely there (the headroom's): only
+		// the proven rate holds the next attempt back, and a reset
+		// that runs late proves too low a one. The unit goes as a
+		// probe: its answer's count corrects the model.
+		short = unitProbeMax.Seconds() * p.proven
+	}
 	// Rounded up: a shortfall under a nanosecond is still one. A request
 	// woken when the model said the unit would be in finds it short by
 	// float noise (2 - 1e-12 units); truncated to 0, that let it go
@@ -402,6 +409,22 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	}
 	return time.Duration(min(d, float64(maxShortfall))) // converted, a larger float overflows
 }
+
+// coarseRateMin is the slowest pace a whole-second reset within the bound
+// sets: slower, the shortfall check holds each attempt for its unit. (A
+// reset past the bound is bounded trust's: the pace is held to the bound,
+// and a probe goes at it.)
+const coarseRateMin = 1.0
+
+// withinBound reports whether a reset read at at is within the bound of
+// it (any reset, without a bound).
+func (p *pacer) withinBound(at, reset time.Time) bool {
+	return p.bound <= 0 || reset.Sub(at) <= p.bound
+}
+
+// unitProbeMax is the longest shortfall when nothing is out and a unit
+// (the headroom's) is surely left: a whole-second reset's resolution.
+const unitProbeMax = time.Second
 
 // maxShortfall caps a shortfall with no bound to bring it down (a bound of
 // 0), so that the conversion to a Duration cannot overflow.
@@ -924,6 +947,9 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 			p.rate = max(p.rate, p.proven)
 		default:
 			p.rate = p.nextRate(lo, hi, q, float64(q.Limit-q.Remaining), q.Reset.Sub(now).Seconds(), binding)
+		}
+		if coarse && !p.lumpy && p.withinBound(now, q.Reset) {
+			p.rate = max(p.rate, coarseRateMin)
 		}
 		p.firm = l.Window > 0 || (l.Replenishing && !coarse)
 		p.mode = paceMeasured

@@ -633,3 +633,22 @@ func TestACountReadLateAfterTheClockWasForgottenCountsWhatWentAfterIt(t *testing
 		assert.True(t, p.book(now).at.After(now), "booking %d went at once", i+1)
 	}
 }
+
+// A reset that runs late proves too low a rate: a bucket of 4 at 40 a
+// second, its resets 5 s ahead of a proxy's Date, read with one unit left
+// (the headroom's) and nothing out, was paced a request every 3 s and its
+// shortfall held the next for as long, until a reading found it full (the
+// burst took 2.5x the ideal). A whole-second reset paces at least a
+// request a second, and with nothing out a unit surely there goes within
+// a second: its answer corrects the model.
+func TestALateResetHoldsNothingOverASecondWhileAUnitIsLeft(t *testing.T) {
+	p := &pacer{}
+	now := testStart
+	p.sent = 3
+	p.learn(now, lateBucket(3, now, 5*time.Second), 1)
+	p.learn(now, lateBucket(1, now, 5*time.Second), 3)
+	require.Equal(t, paceMeasured, p.mode)
+	assert.LessOrEqual(t, p.interval, time.Second, "the pace")
+	assert.LessOrEqual(t, p.shortfall(now, 0), time.Second, "the shortfall, with nothing out")
+	assert.Greater(t, p.shortfall(now, 1), time.Second, "with an attempt out, its answer comes first")
+}
