@@ -156,4 +156,9 @@ func TestAttemptsSurviveTheBodysRelease(t *testing.T) {
 	huge := &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}
 	wrapResponseBody(huge, math.MaxInt, nil, nil, 0)
 	assert.Equal(t, heldBit-1, Attempts(huge))
+
+	// The count is capped below the held bit, whatever is held.
+	assert.Equal(t, uint32(heldBit-1), bodyState(math.MaxInt, nil, nil), "nothing held")
+	assert.Equal(t, uint32(heldBit|(heldBit-1)), bodyState(math.MaxInt, func() {}, nil), "something held")
+	assert.Equal(t, uint32(heldBit), bodyState(-1, nil, &l), "no count below none")
 }

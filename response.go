@@ -48,7 +48,7 @@ const heldBit = 1 << 31
 // bodyState is the initial state of a body after attempts, with done and
 // limit (either may be nil) to release.
 func bodyState(attempts int, done func(), limit *concurrencyLimit) uint32 {
-	n := uint32(min(attempts, heldBit-1))
+	n := uint32(min(max(attempts, 0), heldBit-1))
 	if done != nil || limit != nil {
 		n |= heldBit
 	}
