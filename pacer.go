@@ -78,7 +78,6 @@ type pacer struct {
 	flat     bool       // a coarse quota drained with no refill (see spotLump)
 	lumpy    bool       // a coarse quota refills in lumps: a fixed window
 	flatFrom reading    // the first of the latest readings in a row that showed no refill (see spotLump)
-	stepFrom reading    // the first reading of the latest second (see proveResetSteps)
 	edge     windowEdge // where such a window ends, by its answers
 	// cleared counts attempts windowShortfall let go that are not sent
 	// yet (see sentOne); clearedAt is when it last let one go.
@@ -879,7 +878,6 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 	coarse := coarseBucket(l)
 	if coarse {
 		p.spotLateResets(now, q, sent)
-		p.proveResetSteps(now, l)
 		p.coarse, p.limit = true, q.Limit
 		p.countDry(now, q)
 		p.spotLump(now, q, sent)
@@ -962,54 +960,6 @@ func (p *pacer) spotLateResets(now time.Time, q Quota, sent uint64) {
 		p.lateResets = true
 	}
 }
-
-// proveResetSteps proves the rate two readings' resets bound (see
-// resetStepBound), q's read at now and the latest's or, if it moved more,
-// that of the first of the latest second's.
-func (p *pacer) proveResetSteps(now time.Time, l RateLimits) {
-	q := l.Requests
-	if p.lumpy || !l.Replenishing {
-		return // a window's reset is its end, however its count moves
-	}
-	if q.Limit == p.limit {
-		p.prove(max(resetStepBound(p.latest, now, q), resetStepBound(p.stepFrom, now, q)))
-	}
-	if q.Limit != p.limit || now.Sub(p.stepFrom.at) > time.Second {
-		p.stepFrom = reading{at: now, remaining: q.Remaining, reset: q.Reset}
-	}
-}
-
-// resetStepBound is what two readings of a coarse bucket prove about its
-// refill rate whatever its clock: prev, and q read at now. Where the reset
-// is the time the bucket is full again, it is the server's now, plus the
-// units missing over the rate, plus an offset that is the same for both:
-// the resets differ by the time between the readings and the units the
-// count moved over the rate, within the error of two whole-second resets
-// placed by two Dates cut to the second (under 2 s; resetStepSlack). So
-// the rate is at least the units moved over the resets' difference, the
-// time between and that error. Resets 5 s late, behind a proxy's Date,
-// all read the same second for a bucket of 4 at 40 a second, down from 3
-// to 1 within 2 ms: at least a unit a second, where the late reset alone
-// proved one every 3 s (2.5x the ideal). 0 when the count did not move.
-//
-// Of a fixed window not yet told by its lumps (its reset does not move
-// with its count) it proves a rate of spending, which windowBounds proves
-// already, and as much.
-func resetStepBound(prev reading, now time.Time, q Quota) float64 {
-	if prev.at.IsZero() || prev.reset.IsZero() || q.Reset.IsZero() || now.Before(prev.at) {
-		return 0
-	}
-	moved := math.Abs(float64(q.Remaining - prev.remaining))
-	if moved == 0 {
-		return 0
-	}
-	return moved / (math.Abs(q.Reset.Sub(prev.reset).Seconds()) + now.Sub(prev.at).Seconds() + resetStepSlack.Seconds())
-}
-
-// resetStepSlack is the most two whole-second resets, each placed by a
-// Date cut down to the second, can be off each other by, and a margin for
-// the answers' trips.
-const resetStepSlack = 2*time.Second + 100*time.Millisecond
 
 // lateBy is how much later than a quota read full a reading's reset must
 // have said it would be, for the resets to be late: a second of rounding

@@ -2,8 +2,6 @@ package retryhttp
 
 import (
 	"fmt"
-	"math"
-	"math/rand"
 	"net/http"
 	"testing"
 	"time"
@@ -633,62 +631,5 @@ func TestACountReadLateAfterTheClockWasForgottenCountsWhatWentAfterIt(t *testing
 	p.learn(now, fineReading(10, 5, now, 500*time.Millisecond), 5)
 	for i := 0; i < 10; i++ {
 		assert.True(t, p.book(now).at.After(now), "booking %d went at once", i+1)
-	}
-}
-
-// A reset that runs late proves too low a rate, but two resets prove one
-// whatever their clock: a bucket of 4 at 40 a second, its resets 5 s ahead
-// of a proxy's Date, read 3 left and then 1 left within 2 ms, both with a
-// reset the same second. The late reset alone held the next request 3 s
-// (the pace and the shortfall), and the burst took 2.5x the ideal; the
-// count moving by 2 while the reset did not proves about a unit a second.
-func TestResetsThatMoveLessThanTheCountProveARate(t *testing.T) {
-	p := &pacer{}
-	now := testStart
-	p.sent = 3
-	p.learn(now, lateBucket(3, now, 5*time.Second), 1)
-	now = now.Add(2 * time.Millisecond)
-	p.learn(now, lateBucket(1, now, 5*time.Second), 3)
-	require.Equal(t, paceMeasured, p.mode)
-	assert.LessOrEqual(t, p.interval, 1100*time.Millisecond, "the pace")
-	held := time.Duration(0)
-	for d := p.shortfall(now.Add(held), 0); d > 0 && held < time.Minute; d = p.shortfall(now.Add(held), 0) {
-		held += d
-	}
-	assert.LessOrEqual(t, held, 1100*time.Millisecond, "how long the shortfall holds the next attempt, with nothing out")
-}
-
-// resetStepBound never proves more than the rate of a bucket whose reset is
-// the time it is full again, whatever the offset of its clock, the rounding
-// of its resets to whole seconds, and the Dates, cut to the second, that
-// place them: two readings at random times of random buckets.
-func TestResetStepBoundNeverExceedsTheRate(t *testing.T) {
-	rng := rand.New(rand.NewSource(7))
-	round := []func(float64) float64{math.Floor, math.Ceil, math.Round}
-	for i := 0; i < 20000; i++ {
-		rate := 0.05 + rng.Float64()*100
-		limit := int64(3 + rng.Intn(100))
-		offset := (rng.Float64()*20 - 10) * float64(time.Second)
-		cut := round[rng.Intn(len(round))]
-		read := func(now time.Time, missing int64) Quota {
-			server := float64(now.UnixNano()) + offset
-			resetAt := cut((server + float64(missing)/rate*1e9) / 1e9)
-			date := math.Floor(server / 1e9)
-			placed := now.Add(time.Duration((resetAt - date) * 1e9))
-			return Quota{Limit: limit, Remaining: limit - missing, HasLimit: true, HasRemaining: true, Reset: placed, Coarse: true}
-		}
-		at := testStart.Add(time.Duration(rng.Int63n(int64(time.Hour))))
-		m1 := rng.Int63n(limit + 1)
-		q1 := read(at, m1)
-		gap := time.Duration(rng.Float64() * 3 * float64(time.Second))
-		// The count at the second reading: what the bucket missed, less
-		// its refill over the gap, plus what was taken meanwhile.
-		m2 := max(0, min(limit, m1-int64(rate*gap.Seconds())+rng.Int63n(limit+1)))
-		q2 := read(at.Add(gap), m2)
-		got := resetStepBound(reading{at: at, remaining: q1.Remaining, reset: q1.Reset}, at.Add(gap), q2)
-		if got > rate {
-			t.Fatalf("bucket of %d at %.3f/s, clock %+.2fs: readings %d missing and %d missing %v apart prove %.3f/s",
-				limit, rate, offset/1e9, m1, m2, gap, got)
-		}
 	}
 }
