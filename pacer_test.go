@@ -633,3 +633,33 @@ func TestACountReadLateAfterTheClockWasForgottenCountsWhatWentAfterIt(t *testing
 		assert.True(t, p.book(now).at.After(now), "booking %d went at once", i+1)
 	}
 }
+
+// A reset is placed by the Date of the answer, which a server writes when
+// it answers; it counted the attempt when it came, which for a
+// non-streaming generation may be much sooner. Read from the answer's
+// arrival, the reset understates the time the bucket takes to fill by the
+// generation's length, and the lower bound taken from it overstated a
+// bucket of 50 a minute, counted 30 s before its Date, as 2.3 a second:
+// the pace and the shortfall (which refills at the proven rate) would have
+// spent units it did not hold. From the attempt's send, the bound holds.
+func TestAResetDatedAfterALongAnswerProvesNoMoreThanTheRate(t *testing.T) {
+	const limit, rate = 50, 50.0 / 60
+	sentAt := testStart.Add(290 * time.Millisecond)
+	countedAt := sentAt.Add(10 * time.Millisecond)
+	answeredAt := countedAt.Add(30 * time.Second) // the Date, cut down to the second
+	now := answeredAt.Add(20 * time.Millisecond)
+	level := 10.5 // units left after the count
+	full := countedAt.Add(time.Duration((limit - level) / rate * float64(time.Second)))
+	if r := full.Truncate(time.Second); r.Before(full) {
+		full = r.Add(time.Second) // rounded up: the reset is never early
+	}
+	h := http.Header{}
+	h.Set("Anthropic-Ratelimit-Requests-Limit", fmt.Sprint(limit))
+	h.Set("Anthropic-Ratelimit-Requests-Remaining", fmt.Sprint(int64(level)))
+	h.Set("Anthropic-Ratelimit-Requests-Reset", full.UTC().Format(time.RFC3339))
+	h.Set("Date", answeredAt.UTC().Format(http.TimeFormat))
+	var c serverClock
+	p := &pacer{sent: 1, answerSentAt: sentAt}
+	p.learn(now, readRateLimits(h, now, c.serverNow(h, now)), 1)
+	assert.LessOrEqual(t, p.proven, rate, "the proven rate, per second")
+}

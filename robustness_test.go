@@ -538,3 +538,28 @@ func TestRobustnessMatrix(t *testing.T) {
 		})
 	}
 }
+
+// Whole-second buckets far slower than the matrix's (3 refilling one every
+// 4 s, 4 one every 5 s; the reset is when the bucket is full again), a
+// world the matrix does not vary: no request sees a 429, for every
+// rounding of the resets, and the bursts end within 1.5x the ideal
+// (1.13-1.36x measured).
+func TestSlowCoarseBucketsAreNotOverrun(t *testing.T) {
+	loads := []workload{
+		{name: "0.25rps-b3-5c", rate: 0.25, burst: 3, callers: 5, each: 2},
+		{name: "0.2rps-b4-6c", rate: 0.2, burst: 4, callers: 6, each: 2},
+	}
+	for _, load := range loads {
+		for _, rounding := range []retrytest.Rounding{retrytest.RoundDown, retrytest.RoundNearest, retrytest.RoundUp} {
+			w := world{family: "anthropic", rounding: rounding, retryAfter: retrytest.RetryAfterSeconds, load: load}
+			t.Run(w.String(), func(t *testing.T) {
+				got := runWorld(t, w, func(b http.RoundTripper) http.RoundTripper { return New(b) })
+				ratio := float64(got.wall) / float64(w.ideal())
+				t.Logf("%.2fx ideal, %d saw a 429, %d attempts", ratio, got.saw429, got.attempts)
+				if got.failed > 0 || got.saw429 > 0 || ratio >= 1.5 {
+					t.Errorf("%d failed, %d saw a 429, %.2fx the ideal: want none, none, under 1.5x", got.failed, got.saw429, ratio)
+				}
+			})
+		}
+	}
+}

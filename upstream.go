@@ -520,6 +520,7 @@ func (u *upstream) learnLocked(now time.Time, l RateLimits, sent uint64, sentAt 
 		u.hold.lift()
 	}
 	moved := u.holdUntil(now, u.exhaustedUntilLocked(now, l, sentAt), true)
+	u.answerSentAt = sentAt
 	u.learn(now, l, sent)
 	if u.poisoned() {
 		// A pace of one attempt per bound is a hold of the bound in
