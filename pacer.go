@@ -67,21 +67,21 @@ type pacer struct {
 	lostSends [16]uint64
 	lostNext  uint64
 
-	rate    float64 // the rate (per second) requests are paced at, before margins
-	ceiling float64 // below the rate that last drew a 429; 0: none yet
-	proven  float64 // the highest lower bound on the rate readings gave since the last 429
+	rate     float64    // the rate (per second) requests are paced at, before margins
+	ceiling  float64    // below the rate that last drew a 429; 0: none yet
+	proven   float64    // the highest lower bound on the rate readings gave since the last 429
+	sent     uint64     // attempts sent so far; orders responses against sends
+	synced   uint64     // the newest attempt whose answer's count set the pace clock (see syncRemaining); forgotten with the clock
+	rejected uint64     // 429s seen so far: sends the server did not count
+	mark     reading    // where the current drain measurement starts
+	use      quotaUse   // how much of a coarse quota the pace leaves unused
+	flat     bool       // a coarse quota drained with no refill (see spotLump)
+	lumpy    bool       // a coarse quota refills in lumps: a fixed window
+	flatFrom reading    // the first of the latest readings in a row that showed no refill (see spotLump)
+	edge     windowEdge // where such a window ends, by its answers
 	// answerSentAt is when the attempt the reading learn is given answers
 	// was sent (zero: unknown): the server counted it no sooner.
 	answerSentAt time.Time
-	sent         uint64     // attempts sent so far; orders responses against sends
-	synced       uint64     // the newest attempt whose answer's count set the pace clock (see syncRemaining); forgotten with the clock
-	rejected     uint64     // 429s seen so far: sends the server did not count
-	mark         reading    // where the current drain measurement starts
-	use          quotaUse   // how much of a coarse quota the pace leaves unused
-	flat         bool       // a coarse quota drained with no refill (see spotLump)
-	lumpy        bool       // a coarse quota refills in lumps: a fixed window
-	flatFrom     reading    // the first of the latest readings in a row that showed no refill (see spotLump)
-	edge         windowEdge // where such a window ends, by its answers
 	// cleared counts attempts windowShortfall let go that are not sent
 	// yet (see sentOne); clearedAt is when it last let one go.
 	cleared   int
@@ -915,7 +915,7 @@ func (p *pacer) learn(now time.Time, l RateLimits, sent uint64) {
 		// may be long after (a non-streaming generation): the reset
 		// read from now understates the refill's time by as much, and
 		// a lower bound taken from it overstated a bucket of 50 a
-		// minute as 2.3 a second after a 30 s answer. From the send,
+		// minute as 2.2 a second after a 30 s answer. From the send,
 		// the time is never understated.
 		lo, _ = rateBounds(counted, l, p.earlyResets)
 	}
