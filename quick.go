@@ -107,7 +107,7 @@ func (t *RetryTransport) quickTrip(req *http.Request, u *upstream, tk *limitTick
 		// Most answers: wrapResponseBody and served in line, for a body
 		// to read and the slot in the adaptive limit to release at its
 		// end.
-		resp.Body = &responseBody{rc: resp.Body, limit: u.limit, epoch: tk.epoch, state: 1 | heldBit}
+		resp.Body = &responseBody{rc: resp.Body, limit: u.limit, epoch: tk.epoch, state: bodyState(1, nil, u.limit)}
 		if !u.limit.servedQuietly(tk) {
 			t.learnLimit(u, tk, limitAccepted)
 		}
