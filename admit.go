@@ -453,7 +453,8 @@ func (c *call) observe(a *admission, o *outcome) {
 		a.pass.fineWait = o.fineWait
 	}
 	now := c.t.cfg.clock.Now()
-	held, mode, late := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
+	held, mode, late, paced := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
+	o.paced = paced
 	if o.throttled {
 		if w, ok := u.retryWait(now); ok && (o.serverWait == 0 || w < o.serverWait && o.retryAfter == 0) {
 			// A fixed window's learned end: the retry takes its turn

@@ -94,7 +94,9 @@ func TestJitterStrategyNames(t *testing.T) {
 }
 
 // Jitter on a wait the server asked for is in proportion to it: up to a
-// fifth, never more than WithJitter, and the wait stays a floor.
+// fifth, never more than WithJitter, and the wait stays a floor. (A 503's:
+// a 429's paces the upstream, and a paced retry gets no jitter, see
+// TestAServerWaitOnAPacedUpstreamGoesOnTime.)
 func TestServerWaitJitterIsInProportion(t *testing.T) {
 	cases := []struct {
 		header      http.Header
@@ -108,7 +110,7 @@ func TestServerWaitJitterIsInProportion(t *testing.T) {
 		var seen []time.Duration
 		for i := 0; i < 50; i++ {
 			clk := autoClock()
-			rt := New(sequence(step{status: 429, header: c.header}, step{status: 200}), WithClock(clk), WithMaxRetries(1))
+			rt := New(sequence(step{status: 503, header: c.header}, step{status: 200}), WithClock(clk), WithMaxRetries(1))
 			roundTrips(t, rt, 1)
 			require.NotEmpty(t, clk.Sleeps())
 			seen = append(seen, clk.Sleeps()[0])

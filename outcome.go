@@ -62,6 +62,11 @@ type outcome struct {
 	// time); 0 if it asks nothing. Uncapped: the stages that act on it
 	// cap it (holds and the breaker at WithMaxRetryAfter; plan stops).
 	serverWait time.Duration
+	// paced is set by the observe stage when, after this outcome, the
+	// upstream spreads its attempts on a pace: a retry after a server
+	// wait then takes a paced slot, so the wait needs no jitter of its
+	// own to keep the callers told the same time apart.
+	paced bool
 }
 
 // waitKind names the wait before the retry that follows the outcome: the

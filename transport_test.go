@@ -331,6 +331,46 @@ func TestServerWaitIsAFloor(t *testing.T) {
 	}
 }
 
+// TestAServerWaitOnAPacedUpstreamGoesOnTime checks that a retry after a
+// server wait on a paced upstream leaves when the server said, without the
+// jitter that spreads an unpaced upstream's retries: its turn on the pace
+// keeps the retries apart. With the jitter, a fixed window's refusals told
+// to wait a whole second (rounded up) came back up to 0.2 s into the next
+// window, and bursts over GitHub windows of 100 a second ended behind a
+// plain loop that waits the second exactly (TestRobustnessMatrix).
+func TestAServerWaitOnAPacedUpstreamGoesOnTime(t *testing.T) {
+	paced := http.Header{ // OpenAI's: a bucket of 60 a minute, empty for a second
+		"Retry-After":                    {"1"},
+		"X-Ratelimit-Limit-Requests":     {"60"},
+		"X-Ratelimit-Remaining-Requests": {"0"},
+		"X-Ratelimit-Reset-Requests":     {"1s"},
+	}
+	unpaced := http.Header{"Retry-After": {"1"}} // a 503: an overload, not a rate
+	jittered := 0
+	for i := 0; i < 20; i++ {
+		for _, c := range []struct {
+			status int
+			header http.Header
+		}{{429, paced}, {503, unpaced}} {
+			mock, _ := scripted(t, step{status: c.status, header: c.header}, step{status: 200})
+			clk := autoClock()
+			resp, err := New(mock, WithClock(clk)).RoundTrip(get(t, "https://api.test/x"))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, 200, resp.StatusCode)
+			require.NotEmpty(t, clk.Sleeps())
+			wait := clk.Sleeps()[0]
+			require.GreaterOrEqual(t, wait, time.Second, "a server wait is a floor")
+			if c.status == 429 {
+				require.Equal(t, time.Second, wait, "paced: the retry goes when the server said")
+			} else if wait > time.Second {
+				jittered++
+			}
+		}
+	}
+	assert.Greater(t, jittered, 10, "unpaced: retries told the same wait are spread by jitter")
+}
+
 func TestServerWaitAtTheLimitIsHonouredDespiteJitter(t *testing.T) {
 	// The default limit is 60s and the default jitter up to 1s: a server
 	// asking for exactly 60s is within the limit, whatever jitter adds.

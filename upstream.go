@@ -406,11 +406,12 @@ func (p pass) answeredFree(now time.Time) {
 //
 // entered is the pacer's mode when this outcome moved it to another one,
 // else paceOff. late reports, once per upstream, that its resets were
-// found to run late (see pacer.spotLateResets).
-func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time, entered paceMode, late bool) {
+// found to run late (see pacer.spotLateResets). paced reports that the
+// upstream paces its attempts after this outcome.
+func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time, entered paceMode, late, paced bool) {
 	u := p.u
 	if u == nil {
-		return time.Time{}, paceOff, false
+		return time.Time{}, paceOff, false, false
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -419,6 +420,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if u.mode != was {
 			entered = u.mode
 		}
+		paced = u.paced()
 	}()
 	moved := false
 	u.free.Store(false) // schedule decides again, on the clock
@@ -481,7 +483,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if u.lateResets && !u.toldLate {
 		u.toldLate, late = true, true
 	}
-	return held, paceOff, late
+	return held, paceOff, late, false // paced is set on the way out
 }
 
 // serverNow is the upstream's clock at local time now, by what h's Date and

@@ -20,10 +20,17 @@ var errAttemptTimeout = ErrAttemptTimeout
 // nextWait returns the wait before the next attempt. A positive server
 // wait (outcome.serverWait) is a floor: the retry leaves no earlier, plus
 // jitter (up to a fifth of the wait, never more than WithJitter) so that
-// callers told the same time do not all return at the same instant. Without
-// one, the backoff schedule applies.
-func (p *policy) nextWait(server time.Duration, retry int, prev time.Duration) time.Duration {
-	if server > 0 {
+// callers told the same time do not all return at the same instant, unless
+// the upstream is paced: the retry then takes a paced slot like any other
+// attempt, which keeps them apart, and jitter would only make it late (a
+// fixed window's refusals told to wait a second, rounded up, came back up
+// to 0.2 s into the next window, behind a plain loop's). Without a server
+// wait, the backoff schedule applies.
+func (p *policy) nextWait(server time.Duration, paced bool, retry int, prev time.Duration) time.Duration {
+	switch {
+	case server > 0 && paced:
+		return server
+	case server > 0:
 		return server + uniform(0, serverJitter(server, p.jitter), rand.Int64N)
 	}
 	return p.backoff(retry, prev, rand.Int64N)
