@@ -122,6 +122,7 @@ type pacer struct {
 	inRun    bool          // the latest 429 extends a run (see runRate)
 	wentAt   time.Time     // when the observed pace last let an attempt go (see spacing)
 	since0   float64       // the rate the observed mode began at
+	climb    climbSteps    // the first climb's steps, by the attempts sent on them
 	// lifted is set when the ceiling was lifted since the last cut;
 	// liftEvery is how long a ceiling waits before each lift (ceilingLift
 	// at first, doubled by each 429 that follows a lift: see liftCeiling).
@@ -620,10 +621,14 @@ func (p *pacer) grow(now time.Time) {
 	if p.mode != paceObserved || !p.binding(now) || now.Sub(p.grewAt) < growEvery || now.Sub(p.lastNoes) < growEvery {
 		return
 	}
+	if p.ceiling == 0 && p.cuts == 0 && !p.stepHeld(now) {
+		return
+	}
 	p.grewAt = now
 	switch {
 	case p.ceiling == 0 && p.cuts == 0:
 		p.rate *= 2
+		defer func() { p.climb.add(p.sent, p.rate) }() // as capped
 	case p.ceiling == 0:
 		p.rate *= growAfterCut
 	case p.rate < p.ceiling:
@@ -633,6 +638,27 @@ func (p *pacer) grow(now time.Time) {
 	}
 	p.capRate()
 	p.setPace(now, p.paceOf(p.rate))
+}
+
+// stepHeld reports whether the first climb's current step has held at
+// now, so the climb may double: an attempt sent on it was served. A step
+// that merely lasted a growEvery may not have been tried: doubled untried
+// (its first attempt went an interval of the step before after the last),
+// a bucket of one at 5 a second saw the climb at 16 when the 429 for 8
+// came, and two more 429s before the cuts took the pace under 5. A step
+// whose next attempt is more than a growEvery away cannot be tried in
+// time, nor one on a pace that has sent nothing yet: it holds by time, as
+// before, so a pace too slow to send anything (one a poisoned reading
+// left) still climbs back.
+func (p *pacer) stepHeld(now time.Time) bool {
+	from := p.climb.newest()
+	switch {
+	case p.okSent > from:
+		return true // tried and served
+	case p.sent > from:
+		return false // tried: its answer tells
+	}
+	return p.wentAt.IsZero() || p.wentAt.Add(p.interval).Sub(now) > growEvery
 }
 
 // lost records an attempt that got no answer (a transport error): the
@@ -733,6 +759,7 @@ func (p *pacer) observe(now time.Time) {
 	}
 	p.cutSent = p.sent
 	p.mode, p.grewAt, p.since = paceObserved, now, now
+	p.climb = climbSteps{base: p.sent}
 	if p.rate == 0 { // from a pace, its rate is where observing starts
 		p.rate = max(p.accepts.perSecond(now), 1)
 	}
@@ -793,11 +820,18 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 		return
 	case p.mode == paceObserved && p.ceiling == 0 && p.cuts == 0 && p.rate >= 2*p.since0:
 		// The first climb, doubling since the observed mode began,
-		// overshot: the step before held for a growEvery without a
-		// 429, so it is where the pace goes back to. A cut by
-		// rateBackoff alone leaves it above the server's rate, for
-		// another 429 or two (a bucket of one refuses at once).
-		p.rate /= 2
+		// overshot: the step before the one the refused attempt was
+		// sent on held for a growEvery without a 429, so it is where
+		// the pace goes back to. A cut by rateBackoff alone leaves it
+		// above the server's rate, for another 429 or two (a bucket
+		// of one refuses at once). Not the step before the current
+		// one: the climb may have doubled again while the refused
+		// attempt was out, and half the current rate is then the
+		// rate that drew the 429 (a bucket of one at 5 a second, sent
+		// 8 and the climb at 16 when the 429 came: back to 8, and two
+		// more 429s before the pace was under 5). Never below where
+		// the climb began.
+		p.rate = max(min(p.rate, p.climb.rateOf(sent, p.since0))/2, min(p.rate/2, p.since0))
 		p.ceiling = p.rate
 		p.proven = min(p.proven, p.rate)
 		p.grewAt = now
@@ -1472,4 +1506,46 @@ func (a *acceptCounter) perSecond(now time.Time) float64 {
 		n += c
 	}
 	return float64(n)
+}
+
+// climbSteps remembers the last steps of the observed mode's first climb:
+// from which attempt on each rate paced the attempts sent, so a 429 is
+// traced to the rate its attempt was sent at, not the rate in force when
+// it came back.
+type climbSteps struct {
+	base  uint64       // the attempts sent when the climb began
+	steps [8]climbStep // a ring, the newest at n-1
+	n     int
+}
+
+// climbStep is a rate of the first climb and the attempts sent when it
+// began: those numbered after from went on it (or a later step).
+type climbStep struct {
+	from uint64
+	rate float64
+}
+
+// add records that the climb went to rate when sent attempts had been sent.
+func (c *climbSteps) add(sent uint64, rate float64) {
+	c.steps[c.n%len(c.steps)] = climbStep{from: sent, rate: rate}
+	c.n++
+}
+
+// newest is the attempts sent when the climb's current step began.
+func (c *climbSteps) newest() uint64 {
+	if c.n == 0 {
+		return c.base
+	}
+	return c.steps[(c.n-1)%len(c.steps)].from
+}
+
+// rateOf is the rate the sent-th attempt went on: that of the newest step
+// begun before it was sent; start if it went before every step remembered.
+func (c *climbSteps) rateOf(sent uint64, start float64) float64 {
+	for k := c.n - 1; k >= 0 && k >= c.n-len(c.steps); k-- {
+		if s := c.steps[k%len(c.steps)]; s.from < sent {
+			return s.rate
+		}
+	}
+	return start
 }

@@ -161,9 +161,11 @@ func refuse(p *pacer, now time.Time) {
 	p.throttled(now, false, 0, false, p.sent, time.Time{})
 }
 
-// serve tells p of an attempt sent on the pace and served at now.
+// serve tells p of an attempt sent on the pace and served at now, as
+// upstream.observe does.
 func serve(p *pacer, now time.Time) {
 	p.sent++
+	p.servedSent(p.sent, now)
 	p.answered(now, false)
 }
 
@@ -186,6 +188,88 @@ func TestTheFirstClimbThatOvershootsGoesBackAStep(t *testing.T) {
 	now = now.Add(10 * time.Millisecond)
 	refuse(p, now)
 	assert.Equal(t, 4.0, p.rate, "back to the step that held")
+}
+
+func TestTheFirstClimbGoesBackAStepFromTheRateThe429WasSentAt(t *testing.T) {
+	// The climb doubles to 8, an attempt goes on 8, and the climb doubles
+	// to 16 while it is out; its 429 comes back at 16. 8 drew it, so the
+	// pace goes back to 4, the step that held, not to 8 (a bucket of one
+	// at 5 a second: two more 429s, at 8 and at 5.6, before the cuts
+	// brought it under 5).
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 2
+	p.setPace(now, p.paceOf(2))
+	p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+	for p.rate < 8 {
+		now = now.Add(growEvery)
+		serve(p, now)
+	}
+	p.sent++ // sent on 8
+	out := p.sent
+	now = now.Add(growEvery)
+	serve(p, now) // a success lets the climb double while it is out
+	require.Equal(t, 16.0, p.rate)
+	now = now.Add(10 * time.Millisecond)
+	p.answered(now, true)
+	p.throttled(now, false, 0, false, out, time.Time{})
+	assert.Equal(t, 4.0, p.rate, "back to the step before the one it was sent on")
+
+	// Sent before the climb's first step remembered: never below where
+	// the climb began.
+	p = &pacer{}
+	p.observe(now)
+	p.rate, p.since0 = 2, 2
+	p.setPace(now, p.paceOf(2))
+	p.tatV = p.slotsAt(now) + 20
+	early := p.sent + 1
+	p.sent++
+	for p.rate < 8 {
+		now = now.Add(growEvery)
+		serve(p, now)
+	}
+	now = now.Add(10 * time.Millisecond)
+	p.answered(now, true)
+	p.throttled(now, false, 0, false, early, time.Time{})
+	assert.Equal(t, 2.0, p.rate, "sent at the start: back to the start, no lower")
+}
+
+func TestTheFirstClimbDoublesOnceItsStepHasBeenTried(t *testing.T) {
+	// At 8 a second since an attempt went on 4, 105 ms ago: the next goes
+	// in 20 ms, the first on 8. Doubled now, on time alone, 16 would be
+	// in force when 8's answer came (a 429 from a bucket of one at 5 a
+	// second), so the climb waits for that answer.
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 4
+	p.setPace(now, p.paceOf(4))
+	p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+	now = now.Add(growEvery)
+	p.wentAt = now
+	serve(p, now)
+	require.Equal(t, 8.0, p.rate, "4 was tried and served")
+	now = now.Add(growEvery + 5*time.Millisecond)
+	p.grow(now)
+	assert.Equal(t, 8.0, p.rate, "8 not tried yet, its first attempt due in 20 ms")
+	p.sent++ // the first attempt on 8
+	now = now.Add(growEvery)
+	p.grow(now)
+	assert.Equal(t, 8.0, p.rate, "tried, not answered")
+	p.servedSent(p.sent, now)
+	p.answered(now, false)
+	assert.Equal(t, 16.0, p.rate, "served: 8 held")
+
+	// A pace that has sent nothing (poisoned: its slots are seconds
+	// away) climbs by time, or it would never be tried.
+	q := &pacer{}
+	q.observe(testStart)
+	q.rate = 0.05
+	q.setPace(testStart, q.paceOf(0.05))
+	q.tatV = q.slotsAt(testStart) + 5
+	q.grow(testStart.Add(growEvery))
+	assert.Equal(t, 0.1, q.rate)
 }
 
 func TestAnswersSentWhileFreeDoNotCutTheObservedPace(t *testing.T) {

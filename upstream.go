@@ -433,10 +433,10 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		}
 	}
 	if gotResponse {
-		u.answered(now, throttled)
 		if !throttled {
-			u.servedSent(p.sent, p.at)
+			u.servedSent(p.sent, p.at) // first: the climb grows on it (see grow)
 		}
+		u.answered(now, throttled)
 	} else if p.sent > 0 {
 		u.lost(p.sent)
 	}
