@@ -453,8 +453,8 @@ func (c *call) observe(a *admission, o *outcome) {
 		a.pass.fineWait = o.fineWait
 	}
 	now := c.t.cfg.clock.Now()
-	held, mode, late, paced := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
-	o.paced = paced
+	held, mode, late, spreads := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
+	o.paced = spreads
 	if o.throttled {
 		if w, ok := u.retryWait(now); ok && (o.serverWait == 0 || w < o.serverWait && o.retryAfter == 0) {
 			// A fixed window's learned end: the retry takes its turn

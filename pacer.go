@@ -615,8 +615,9 @@ func (p *pacer) capRate() {
 
 // grow raises the observed rate while requests wait on it and no 429 has
 // come for a growEvery: it doubles up to the ceiling the last 429 left (or
-// without one, before the first cut), then creeps by growCreep, so the
-// pace finds more capacity when the server has it.
+// without one, before the first cut, once each step has held: see
+// stepHeld), then creeps by growCreep, so the pace finds more capacity
+// when the server has it.
 func (p *pacer) grow(now time.Time) {
 	if p.mode != paceObserved || !p.binding(now) || now.Sub(p.grewAt) < growEvery || now.Sub(p.lastNoes) < growEvery {
 		return
@@ -1540,12 +1541,18 @@ func (c *climbSteps) newest() uint64 {
 }
 
 // rateOf is the rate the sent-th attempt went on: that of the newest step
-// begun before it was sent; start if it went before every step remembered.
+// begun before it was sent; start if it went before every step, or, when
+// older steps were forgotten, half the oldest remembered (the most it went
+// at, as each step doubles).
 func (c *climbSteps) rateOf(sent uint64, start float64) float64 {
-	for k := c.n - 1; k >= 0 && k >= c.n-len(c.steps); k-- {
+	oldest := max(c.n-len(c.steps), 0)
+	for k := c.n - 1; k >= oldest; k-- {
 		if s := c.steps[k%len(c.steps)]; s.from < sent {
 			return s.rate
 		}
+	}
+	if oldest > 0 {
+		return max(c.steps[oldest%len(c.steps)].rate/2, start)
 	}
 	return start
 }

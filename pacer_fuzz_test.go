@@ -318,6 +318,7 @@ func runPacerFuzz(t *testing.T, data []byte) {
 				}
 				continue
 			}
+			q.p.at = now // as admit does: the send's time numbers what its answer proves (see pacer.stepHeld)
 			u.dispatch(&q.p)
 			inFlight = append(inFlight, q.p)
 			queue = append(queue[:i], queue[i+1:]...)

@@ -272,6 +272,53 @@ func TestTheFirstClimbDoublesOnceItsStepHasBeenTried(t *testing.T) {
 	assert.Equal(t, 0.1, q.rate)
 }
 
+func TestAStepsOwnServedAnswerLetsTheClimbDouble(t *testing.T) {
+	// The answer that proves the step (an attempt sent on it, served) is
+	// counted before the climb looks: the same answer doubles it.
+	u := &upstream{start: slowStart{phase: open}}
+	now := testStart
+	u.pacer.observe(now)
+	u.rate = 16
+	u.setPace(now, u.paceOf(16))
+	u.tatV = u.slotsAt(now) + 20 // twenty wait on the pace
+	now = now.Add(growEvery)
+	u.wentAt = now // its next attempt 62.5 ms away: it climbs on answers, not by time
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+	now = now.Add(10 * time.Millisecond)
+	p.observe(now, RateLimits{}, 0, false, true)
+	assert.Equal(t, 32.0, u.rate, "served on the step: it held")
+}
+
+func TestAStepTooSlowToBeTriedInTimeClimbsByTime(t *testing.T) {
+	// At 2 a second, an attempt went 100 ms ago: the next is 400 ms away,
+	// more than a growEvery, so the step cannot be tried before it would
+	// double, and it doubles by time.
+	p := &pacer{}
+	now := testStart
+	p.observe(now)
+	p.rate = 2
+	p.setPace(now, p.paceOf(2))
+	p.tatV = p.slotsAt(now) + 20
+	p.wentAt = now
+	p.grow(now.Add(growEvery))
+	assert.Equal(t, 4.0, p.rate)
+}
+
+func TestClimbStepsTellTheRateAnAttemptWentOn(t *testing.T) {
+	c := climbSteps{base: 2}
+	c.add(5, 8) // attempts after the 5th went on 8
+	assert.Equal(t, 4.0, c.rateOf(5, 4), "the 5th went before the step: on the start")
+	assert.Equal(t, 8.0, c.rateOf(6, 4))
+	assert.Equal(t, uint64(5), c.newest())
+	for k := 0; k < 10; k++ { // 16, 32, ... 8192, from the 10th on; the ring keeps the last 8, from 64 on
+		c.add(uint64(10+k), float64(int(16)<<k))
+	}
+	assert.Equal(t, 8192.0, c.rateOf(20, 4))
+	assert.Equal(t, 64.0, c.rateOf(13, 4), "the oldest step remembered")
+	assert.Equal(t, 32.0, c.rateOf(6, 4), "older than any remembered: half the oldest, the most it went at")
+}
+
 func TestAnswersSentWhileFreeDoNotCutTheObservedPace(t *testing.T) {
 	// Slow start's herd went while the upstream was free (unnumbered: 0);
 	// its 429s come back after the first one started the observed mode.

@@ -332,43 +332,59 @@ func TestServerWaitIsAFloor(t *testing.T) {
 }
 
 // TestAServerWaitOnAPacedUpstreamGoesOnTime checks that a retry after a
-// server wait on a paced upstream leaves when the server said, without the
-// jitter that spreads an unpaced upstream's retries: its turn on the pace
-// keeps the retries apart. With the jitter, a fixed window's refusals told
-// to wait a whole second (rounded up) came back up to 0.2 s into the next
-// window, and bursts over GitHub windows of 100 a second ended behind a
-// plain loop that waits the second exactly (TestRobustnessMatrix).
+// 429's wait on an upstream whose pace spaces the retries itself (one
+// attempt an interval: a header-less upstream after its first 429) leaves
+// when the server said, without jitter: its turn on the pace keeps the
+// retries apart. With the jitter, a fixed window's refusals told to wait a
+// whole second (rounded up) came back up to 0.2 s into the next window,
+// and bursts over GitHub windows of 100 a second ended behind a plain loop
+// that waits the second exactly (TestRobustnessMatrix). A pace with room
+// for a burst would let retries told the same time go as a herd, and a 503
+// is no rate: those keep the jitter.
 func TestAServerWaitOnAPacedUpstreamGoesOnTime(t *testing.T) {
-	paced := http.Header{ // OpenAI's: a bucket of 60 a minute, empty for a second
-		"Retry-After":                    {"1"},
-		"X-Ratelimit-Limit-Requests":     {"60"},
-		"X-Ratelimit-Remaining-Requests": {"0"},
-		"X-Ratelimit-Reset-Requests":     {"1s"},
-	}
-	unpaced := http.Header{"Retry-After": {"1"}} // a 503: an overload, not a rate
-	jittered := 0
-	for i := 0; i < 20; i++ {
-		for _, c := range []struct {
-			status int
-			header http.Header
-		}{{429, paced}, {503, unpaced}} {
-			mock, _ := scripted(t, step{status: c.status, header: c.header}, step{status: 200})
-			clk := autoClock()
-			resp, err := New(mock, WithClock(clk)).RoundTrip(get(t, "https://api.test/x"))
-			require.NoError(t, err)
-			resp.Body.Close()
-			require.Equal(t, 200, resp.StatusCode)
-			require.NotEmpty(t, clk.Sleeps())
-			wait := clk.Sleeps()[0]
-			require.GreaterOrEqual(t, wait, time.Second, "a server wait is a floor")
-			if c.status == 429 {
-				require.Equal(t, time.Second, wait, "paced: the retry goes when the server said")
-			} else if wait > time.Second {
-				jittered++
-			}
+	openAI := func(remaining string) http.Header {
+		return http.Header{
+			"Retry-After":                    {"1"},
+			"X-Ratelimit-Limit-Requests":     {"10000"},
+			"X-Ratelimit-Remaining-Requests": {remaining},
+			"X-Ratelimit-Reset-Requests":     {"6s"},
 		}
 	}
-	assert.Greater(t, jittered, 10, "unpaced: retries told the same wait are spread by jitter")
+	cases := []struct {
+		name     string
+		status   int
+		header   http.Header
+		jittered bool
+	}{
+		{"a header-less 429: one attempt an interval", 429, http.Header{"Retry-After": {"1"}}, false},
+		{"a 429 from a bucket with room for a burst", 429, openAI("9000"), true},
+		{"a 503 on a paced upstream", 503, openAI("9000"), true},
+		{"a header-less 503", 503, http.Header{"Retry-After": {"1"}}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			jittered := 0
+			for i := 0; i < 20; i++ {
+				mock, _ := scripted(t, step{status: c.status, header: c.header}, step{status: 200})
+				clk := autoClock()
+				resp, err := New(mock, WithClock(clk)).RoundTrip(get(t, "https://api.test/x"))
+				require.NoError(t, err)
+				resp.Body.Close()
+				require.Equal(t, 200, resp.StatusCode)
+				require.NotEmpty(t, clk.Sleeps())
+				wait := clk.Sleeps()[0]
+				require.GreaterOrEqual(t, wait, time.Second, "a server wait is a floor")
+				if wait > time.Second {
+					jittered++
+				}
+			}
+			if c.jittered {
+				assert.Greater(t, jittered, 10, "retries told the same wait are spread by jitter")
+			} else {
+				assert.Zero(t, jittered, "the pace spreads the retries: each goes when the server said")
+			}
+		})
+	}
 }
 
 func TestServerWaitAtTheLimitIsHonouredDespiteJitter(t *testing.T) {

@@ -406,9 +406,10 @@ func (p pass) answeredFree(now time.Time) {
 //
 // entered is the pacer's mode when this outcome moved it to another one,
 // else paceOff. late reports, once per upstream, that its resets were
-// found to run late (see pacer.spotLateResets). paced reports that the
-// upstream paces its attempts after this outcome.
-func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time, entered paceMode, late, paced bool) {
+// found to run late (see pacer.spotLateResets). spreads reports that
+// the outcome was a refusal and the upstream now spreads the retries it
+// draws by itself (see spreadsRetries).
+func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, throttled, gotResponse bool) (held time.Time, entered paceMode, late, spreads bool) {
 	u := p.u
 	if u == nil {
 		return time.Time{}, paceOff, false, false
@@ -420,7 +421,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if u.mode != was {
 			entered = u.mode
 		}
-		paced = u.paced()
+		spreads = throttled && u.spreadsRetries()
 	}()
 	moved := false
 	u.free.Store(false) // schedule decides again, on the clock
@@ -483,7 +484,18 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if u.lateResets && !u.toldLate {
 		u.toldLate, late = true, true
 	}
-	return held, paceOff, late, false // paced is set on the way out
+	return held, paceOff, late, false // spreads is set on the way out
+}
+
+// spreadsRetries reports whether the upstream's pace spreads retries told
+// to come back at the same time, so that they need no jitter of their own:
+// it lets one attempt go per interval (capacity 1: a header-less
+// upstream's observed pace, a tiny bucket), or it is a fixed window, whose
+// quota comes back all at once at its end, where the requests held for it
+// go together whatever their jitter. A bucket's pace with room for a burst
+// would let them go as a herd. It is guarded by the upstream's lock.
+func (u *upstream) spreadsRetries() bool {
+	return u.paced() && (u.capacity <= 1 || u.lumpy)
 }
 
 // serverNow is the upstream's clock at local time now, by what h's Date and

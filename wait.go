@@ -21,11 +21,11 @@ var errAttemptTimeout = ErrAttemptTimeout
 // wait (outcome.serverWait) is a floor: the retry leaves no earlier, plus
 // jitter (up to a fifth of the wait, never more than WithJitter) so that
 // callers told the same time do not all return at the same instant, unless
-// the upstream is paced: the retry then takes a paced slot like any other
-// attempt, which keeps them apart, and jitter would only make it late (a
-// fixed window's refusals told to wait a second, rounded up, came back up
-// to 0.2 s into the next window, behind a plain loop's). Without a server
-// wait, the backoff schedule applies.
+// the upstream's pace spreads them (paced, see upstream.spreadsRetries): the
+// retry then takes its turn on the pace like any other attempt, and jitter
+// would only make it late (a fixed window's refusals told to wait a second,
+// rounded up, came back up to 0.2 s into the next window, behind a plain
+// loop's). Without a server wait, the backoff schedule applies.
 func (p *policy) nextWait(server time.Duration, paced bool, retry int, prev time.Duration) time.Duration {
 	switch {
 	case server > 0 && paced:
