@@ -454,8 +454,7 @@ func (c *call) observe(a *admission, o *outcome) {
 	}
 	now := c.t.cfg.clock.Now()
 	held, mode, late, spreads := a.pass.observe(now, o.limits, hold, o.throttled, o.resp != nil)
-	o.paced = spreads
-	if o.throttled {
+	if o.quotaRefusal() {
 		if w, ok := u.retryWait(now); ok && (o.serverWait == 0 || w < o.serverWait && o.retryAfter == 0) {
 			// A fixed window's learned end: the retry takes its turn
 			// there, not at its stated reset, nor after a backoff
@@ -464,6 +463,10 @@ func (c *call) observe(a *admission, o *outcome) {
 			// request, a floor: it stays.
 			o.serverWait = max(w, time.Millisecond)
 		}
+		// The pace spreads the retry, if it spaces attempts by itself
+		// and lives until the retry goes (the observed mode ends
+		// observedFor after the last 429).
+		o.paced = spreads && o.serverWait < observedFor
 	}
 	if !held.IsZero() && c.t.cfg.quota != nil {
 		c.holdShared(c.t.cfg.quota, held, now)

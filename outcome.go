@@ -92,6 +92,14 @@ func (o *outcome) status() int {
 	return 0
 }
 
+// quotaRefusal reports a refusal for a quota: a 429, or a rate-limit 403
+// whose reading shows a quota used up (GitHub's primary limit). A
+// secondary limit's 403 (quota left, a limit on bursts or concurrency) is
+// none: neither a window's learned end nor a pace answers for it.
+func (o *outcome) quotaRefusal() bool {
+	return o.throttled && (o.status() == http.StatusTooManyRequests || !exhaustedUntil(o.limits).IsZero())
+}
+
 // plain reports an answer below 400: it goes to the caller as it is, with
 // no verdict for CheckResponse to keep.
 func (o *outcome) plain() bool {

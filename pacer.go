@@ -628,8 +628,13 @@ func (p *pacer) grow(now time.Time) {
 	p.grewAt = now
 	switch {
 	case p.ceiling == 0 && p.cuts == 0:
+		was := p.rate
 		p.rate *= 2
-		defer func() { p.climb.add(p.sent, p.rate) }() // as capped
+		defer func() { // as capped, and only a step up (rateOf halves the oldest)
+			if p.rate > was {
+				p.climb.add(p.sent, p.rate)
+			}
+		}()
 	case p.ceiling == 0:
 		p.rate *= growAfterCut
 	case p.rate < p.ceiling:

@@ -173,10 +173,10 @@ func BackoffMultiplier(f float64) RequestOption {
 // the strategy itself and this value is not added to it. A wait the server
 // asked for (Retry-After) gets jitter in proportion to itself: up to a
 // fifth of it, never more than this value, so a 50 ms Retry-After waits at
-// most 60 ms; none after a 429 when the upstream's pace spaces the retries
-// itself (one attempt an interval, as after a header-less 429, or a fixed
-// window whose quota returns at once), so a retry goes when the server
-// said. It also spreads the requests released together after a hold, so
+// most 60 ms; none after a quota's refusal (a 429) when the upstream's
+// pace spaces the retries itself (one attempt an interval, as after a
+// header-less 429, or a fixed window whose quota returns at once), so a
+// retry goes when the server said. It also spreads the requests released together after a hold, so
 // that they do not return as a herd. Per request: [Jitter].
 func WithJitter(max time.Duration) Option {
 	return Jitter(max).forTransport()

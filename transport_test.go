@@ -350,22 +350,43 @@ func TestAServerWaitOnAPacedUpstreamGoesOnTime(t *testing.T) {
 			"X-Ratelimit-Reset-Requests":     {"6s"},
 		}
 	}
+	quotaOfOne := http.Header{ // stated: one a second, one attempt an interval
+		"Retry-After":                    {"1"},
+		"X-Ratelimit-Limit-Requests":     {"1"},
+		"X-Ratelimit-Remaining-Requests": {"0"},
+		"X-Ratelimit-Reset-Requests":     {"1s"},
+	}
 	cases := []struct {
 		name     string
 		status   int
 		header   http.Header
+		body     string
 		jittered bool
 	}{
-		{"a header-less 429: one attempt an interval", 429, http.Header{"Retry-After": {"1"}}, false},
-		{"a 429 from a bucket with room for a burst", 429, openAI("9000"), true},
-		{"a 503 on a paced upstream", 503, openAI("9000"), true},
-		{"a header-less 503", 503, http.Header{"Retry-After": {"1"}}, true},
+		{"a header-less 429: one attempt an interval", 429, http.Header{"Retry-After": {"1"}}, "", false},
+		{"a 429 from a quota of one", 429, quotaOfOne, "", false},
+		{"a 429 from a bucket with room for a burst", 429, openAI("9000"), "", true},
+		{"a 429 from a pace too fast to space anything", 429, http.Header{
+			"Retry-After":                    {"1"},
+			"X-Ratelimit-Limit-Requests":     {"2"},
+			"X-Ratelimit-Remaining-Requests": {"0"},
+			"X-Ratelimit-Reset-Requests":     {"1us"},
+		}, "", true},
+		{"a 503 on a pace of one attempt an interval", 503, quotaOfOne, "", true},
+		{"a 503 on a paced upstream", 503, openAI("9000"), "", true},
+		{"a header-less 503", 503, http.Header{"Retry-After": {"1"}}, "", true},
+		// A limit on bursts, not a quota: its minute (the fallback)
+		// is no pace's to spread.
+		{"a secondary limit's 403", 403, http.Header{}, githubSecondary, true},
+		// The observed pace ends 30 s after the last 429: a retry
+		// that comes later finds no pace to spread it.
+		{"a header-less 429 that outlives the observed pace", 429, http.Header{"Retry-After": {"45"}}, "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			jittered := 0
 			for i := 0; i < 20; i++ {
-				mock, _ := scripted(t, step{status: c.status, header: c.header}, step{status: 200})
+				mock, _ := scripted(t, step{status: c.status, header: c.header, body: c.body}, step{status: 200})
 				clk := autoClock()
 				resp, err := New(mock, WithClock(clk)).RoundTrip(get(t, "https://api.test/x"))
 				require.NoError(t, err)
@@ -373,8 +394,14 @@ func TestAServerWaitOnAPacedUpstreamGoesOnTime(t *testing.T) {
 				require.Equal(t, 200, resp.StatusCode)
 				require.NotEmpty(t, clk.Sleeps())
 				wait := clk.Sleeps()[0]
-				require.GreaterOrEqual(t, wait, time.Second, "a server wait is a floor")
-				if wait > time.Second {
+				floor := time.Second
+				if c.status == 403 {
+					floor = rateLimitFallbackWait
+				} else if ra, err := strconv.Atoi(c.header.Get("Retry-After")); err == nil {
+					floor = time.Duration(ra) * time.Second
+				}
+				require.GreaterOrEqual(t, wait, floor, "a server wait is a floor")
+				if wait > floor {
 					jittered++
 				}
 			}

@@ -489,13 +489,16 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 
 // spreadsRetries reports whether the upstream's pace spreads retries told
 // to come back at the same time, so that they need no jitter of their own:
-// it lets one attempt go per interval (capacity 1: a header-less
-// upstream's observed pace, a tiny bucket), or it is a fixed window, whose
+// it lets one attempt go per interval of a millisecond or more (capacity 1:
+// a header-less upstream's observed pace, a quota of one or two, or one
+// with no limit stated), or it is a fixed window, whose
 // quota comes back all at once at its end, where the requests held for it
 // go together whatever their jitter. A bucket's pace with room for a burst
 // would let them go as a herd. It is guarded by the upstream's lock.
 func (u *upstream) spreadsRetries() bool {
-	return u.paced() && (u.capacity <= 1 || u.lumpy)
+	// An interval under a millisecond spaces nothing (a window's pace
+	// spreads its quota over lumpSpread, but its end holds the retries).
+	return u.paced() && (u.capacity <= 1 && u.interval >= time.Millisecond || u.lumpy)
 }
 
 // serverNow is the upstream's clock at local time now, by what h's Date and
