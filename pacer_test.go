@@ -169,17 +169,23 @@ func serve(p *pacer, now time.Time) {
 	p.answered(now, false)
 }
 
+// climbing returns an observed pace begun at testStart, at rate, with
+// twenty requests waiting on it (so it may climb), and the time.
+func climbing(rate float64) (*pacer, time.Time) {
+	p := &pacer{}
+	p.observe(testStart)
+	p.rate = rate
+	p.setPace(testStart, p.paceOf(rate))
+	p.tatV = p.slotsAt(testStart) + 20
+	return p, testStart
+}
+
 func TestTheFirstClimbThatOvershootsGoesBackAStep(t *testing.T) {
 	// No headers: observing from 2 a second, the climb doubles while
 	// requests wait (4, then 8); 8 draws a 429. A bucket of one at 5 a
 	// second refuses anything above it, so a cut to 70% (5.6) drew a
 	// second 429 at once: the step before, 4, held without one.
-	p := &pacer{}
-	now := testStart
-	p.observe(now)
-	p.rate = 2
-	p.setPace(now, p.paceOf(2))
-	p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+	p, now := climbing(2)
 	for p.rate < 8 {
 		now = now.Add(growEvery)
 		serve(p, now)
@@ -196,12 +202,7 @@ func TestTheFirstClimbGoesBackAStepFromTheRateThe429WasSentAt(t *testing.T) {
 	// pace goes back to 4, the step that held, not to 8 (a bucket of one
 	// at 5 a second: two more 429s, at 8 and at 5.6, before the cuts
 	// brought it under 5).
-	p := &pacer{}
-	now := testStart
-	p.observe(now)
-	p.rate = 2
-	p.setPace(now, p.paceOf(2))
-	p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+	p, now := climbing(2)
 	for p.rate < 8 {
 		now = now.Add(growEvery)
 		serve(p, now)
@@ -240,12 +241,7 @@ func TestTheFirstClimbDoublesOnceItsStepHasBeenTried(t *testing.T) {
 	// in 20 ms, the first on 8. Doubled now, on time alone, 16 would be
 	// in force when 8's answer came (a 429 from a bucket of one at 5 a
 	// second), so the climb waits for that answer.
-	p := &pacer{}
-	now := testStart
-	p.observe(now)
-	p.rate = 4
-	p.setPace(now, p.paceOf(4))
-	p.tatV = p.slotsAt(now) + 20 // twenty wait on the pace
+	p, now := climbing(4)
 	now = now.Add(growEvery)
 	p.wentAt = now
 	serve(p, now)
@@ -294,12 +290,7 @@ func TestAStepTooSlowToBeTriedInTimeClimbsByTime(t *testing.T) {
 	// At 2 a second, an attempt went 100 ms ago: the next is 400 ms away,
 	// more than a growEvery, so the step cannot be tried before it would
 	// double, and it doubles by time.
-	p := &pacer{}
-	now := testStart
-	p.observe(now)
-	p.rate = 2
-	p.setPace(now, p.paceOf(2))
-	p.tatV = p.slotsAt(now) + 20
+	p, now := climbing(2)
 	p.wentAt = now
 	p.grow(now.Add(growEvery))
 	assert.Equal(t, 4.0, p.rate)
