@@ -836,8 +836,8 @@ func (p *pacer) cut(now time.Time, sent uint64) {
 		// rate that drew the 429 (a bucket of one at 5 a second, sent
 		// 8 and the climb at 16 when the 429 came: back to 8, and two
 		// more 429s before the pace was under 5). Never below where
-		// the climb began.
-		p.rate = max(min(p.rate, p.climb.rateOf(sent, p.since0))/2, min(p.rate/2, p.since0))
+		// the climb began (the rate is at least twice that here).
+		p.rate = max(min(p.rate, p.climb.rateOf(sent, p.since0))/2, p.since0)
 		p.ceiling = p.rate
 		p.proven = min(p.proven, p.rate)
 		p.grewAt = now

@@ -491,10 +491,10 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 // to come back at the same time, so that they need no jitter of their own:
 // it lets one attempt go per interval of a millisecond or more (capacity 1:
 // a header-less upstream's observed pace, a quota of one or two, or one
-// with no limit stated), or it is a fixed window, whose
-// quota comes back all at once at its end, where the requests held for it
-// go together whatever their jitter. A bucket's pace with room for a burst
-// would let them go as a herd. It is guarded by the upstream's lock.
+// with no limit stated), or it is a fixed window, whose quota comes back
+// all at once at its end, where the requests held for it go together
+// whatever their jitter. A bucket's pace with room for a burst would let
+// them go as a herd. It is guarded by the upstream's lock.
 func (u *upstream) spreadsRetries() bool {
 	// An interval under a millisecond spaces nothing (a window's pace
 	// spreads its quota over lumpSpread, but its end holds the retries).
