@@ -466,7 +466,7 @@ func (c *call) observe(a *admission, o *outcome) {
 		// The pace spreads the retry, if it spaces attempts by itself
 		// and lives until the retry goes (the observed mode ends
 		// observedFor after the last 429).
-		o.paced = spreads && o.serverWait < observedFor
+		o.spreadByPace = spreads && o.serverWait < observedFor
 	}
 	if !held.IsZero() && c.t.cfg.quota != nil {
 		c.holdShared(c.t.cfg.quota, held, now)

@@ -62,12 +62,12 @@ type outcome struct {
 	// time); 0 if it asks nothing. Uncapped: the stages that act on it
 	// cap it (holds and the breaker at WithMaxRetryAfter; plan stops).
 	serverWait time.Duration
-	// paced is set by the observe stage when the outcome was a refusal
-	// and the upstream's pace now spreads the retries by itself (see
-	// upstream.spreadsRetries): a retry after a server wait then takes
-	// its turn on the pace, and needs no jitter of its own to keep the
-	// callers told the same time apart.
-	paced bool
+	// spreadByPace is set by the observe stage when the outcome was a
+	// quota's refusal and the upstream's pace now spreads the retries by
+	// itself (see upstream.spreadsRetries): a retry after a server wait
+	// then takes its turn on the pace, and needs no jitter of its own to
+	// keep the callers told the same time apart.
+	spreadByPace bool
 }
 
 // waitKind names the wait before the retry that follows the outcome: the

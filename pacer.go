@@ -622,19 +622,15 @@ func (p *pacer) grow(now time.Time) {
 	if p.mode != paceObserved || !p.binding(now) || now.Sub(p.grewAt) < growEvery || now.Sub(p.lastNoes) < growEvery {
 		return
 	}
-	if p.ceiling == 0 && p.cuts == 0 && !p.stepHeld(now) {
+	firstClimb := p.ceiling == 0 && p.cuts == 0
+	if firstClimb && !p.stepHeld(now) {
 		return
 	}
 	p.grewAt = now
+	was := p.rate
 	switch {
-	case p.ceiling == 0 && p.cuts == 0:
-		was := p.rate
+	case firstClimb:
 		p.rate *= 2
-		defer func() { // as capped, and only a step up (rateOf halves the oldest)
-			if p.rate > was {
-				p.climb.add(p.sent, p.rate)
-			}
-		}()
 	case p.ceiling == 0:
 		p.rate *= growAfterCut
 	case p.rate < p.ceiling:
@@ -643,6 +639,9 @@ func (p *pacer) grow(now time.Time) {
 		p.rate *= growCreep
 	}
 	p.capRate()
+	if firstClimb && p.rate > was {
+		p.climb.add(p.sent, p.rate) // as capped, and only a step up (rateOf halves the oldest)
+	}
 	p.setPace(now, p.paceOf(p.rate))
 }
 

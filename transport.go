@@ -351,7 +351,7 @@ func (c *call) plan(o *outcome) (time.Duration, *stopReason) {
 		c.retryAt = now.Add(o.serverWait)
 		return 0, &stopReason{ErrServerWaitTooLong, "server asked to wait " + o.serverWait.String() + ", longer than the limit " + c.policy.maxRetryAfter.String()}
 	}
-	wait := c.policy.nextWait(o.serverWait, o.paced, c.attempts, c.prevWait)
+	wait := c.policy.nextWait(o.serverWait, o.spreadByPace, c.attempts, c.prevWait)
 	if o.atCapacity && o.serverWait == 0 {
 		// Refused at capacity: the retry waits in the adaptive limit's
 		// queue for a slot, not through a backoff.

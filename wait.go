@@ -21,14 +21,14 @@ var errAttemptTimeout = ErrAttemptTimeout
 // wait (outcome.serverWait) is a floor: the retry leaves no earlier, plus
 // jitter (up to a fifth of the wait, never more than WithJitter) so that
 // callers told the same time do not all return at the same instant, unless
-// the upstream's pace spreads them (paced, see upstream.spreadsRetries): the
+// the upstream's pace spreads them (spreadByPace, see upstream.spreadsRetries): the
 // retry then takes its turn on the pace like any other attempt, and jitter
 // would only make it late (a fixed window's refusals told to wait a second,
 // rounded up, came back up to 0.2 s into the next window, behind a plain
 // loop's). Without a server wait, the backoff schedule applies.
-func (p *policy) nextWait(server time.Duration, paced bool, retry int, prev time.Duration) time.Duration {
+func (p *policy) nextWait(server time.Duration, spreadByPace bool, retry int, prev time.Duration) time.Duration {
 	switch {
-	case server > 0 && paced:
+	case server > 0 && spreadByPace:
 		return server
 	case server > 0:
 		return server + uniform(0, serverJitter(server, p.jitter), rand.Int64N)
