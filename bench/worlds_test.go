@@ -23,13 +23,13 @@ import (
 // The burst of the worlds benchmark: 80 callers that start together, each
 // sending 3 requests back to back, against a bucket of 40 requests/s with a
 // burst of 4 (ideal wall time (240 − 4)/40 = 5.9 s), or in github-window a
-// fixed window of 40 requests per second ((240 − 40)/40 = 5.0 s).
+// fixed window of 40 requests per second ((240 − 40)/40 = 5.0 s); a small
+// world sends the small burst instead (see smallRate).
 const (
 	worldRate       = 40.0
 	worldBurst      = 4
 	worldWorkers    = 80
 	worldPerWorker  = 3
-	worldRequests   = worldWorkers * worldPerWorker
 	worldReqTimeout = 60 * time.Second // per request, retries included
 	worldRunTimeout = 90 * time.Second // per client and world: past it the run fails
 	// worldGrace is how long a run may take past worldRunTimeout to
@@ -45,6 +45,35 @@ type world struct {
 	// jitter delays each attempt by 5 to 35 ms of real time, half on the
 	// way out and half on the way back (jitteredTransport).
 	jitter bool
+	// small runs the small burst against a limit of smallRate instead
+	// (smallWorkers callers, each sending worldPerWorker requests).
+	small bool
+}
+
+// The small burst: 20 callers, 3 requests each, against a limit of 5
+// requests a second: a quota too small to be told a window by its lumps.
+const (
+	smallRate    = 5.0
+	smallWorkers = 20
+)
+
+// rate is the world's limit, in requests a second.
+func (w world) rate() float64 {
+	if w.small {
+		return smallRate
+	}
+	return worldRate
+}
+
+// requests is how many the world's burst sends: workers callers, each
+// sending worldPerWorker.
+func (w world) requests() int { return w.workers() * worldPerWorker }
+
+func (w world) workers() int {
+	if w.small {
+		return smallWorkers
+	}
+	return worldWorkers
 }
 
 // worldProvider is the common provider of the worlds: family's headers over
@@ -99,6 +128,13 @@ func worlds() []world {
 		})},
 		// GitHub's x-ratelimit-* headers, reset in epoch seconds, over a
 		// token bucket, 429.
+		// A fixed window of five a second, its reset cut down to the
+		// second: too small to be told by its lumps, and its resets
+		// early by up to a second.
+		{name: "github-window-5", small: true, cfg: with(retrytest.GitHub, func(c *retrytest.Config) {
+			c.RateLimit = retrytest.RateLimit{Rate: smallRate, Burst: int(smallRate), Window: time.Second, Status: http.StatusTooManyRequests}
+			c.Rounding = retrytest.RoundDown
+		})},
 		{name: "github-bucket", cfg: with(retrytest.GitHub, func(c *retrytest.Config) { c.RateLimit.Status = http.StatusTooManyRequests })},
 		// The same with GitHub's usual rejection, 403, which only a client
 		// that reads x-ratelimit-remaining: 0 takes for a rate limit.
@@ -146,7 +182,7 @@ func (w world) limit() int { return w.cfg.RateLimit.Burst }
 // at once, then each further request waiting for its share of worldRate.
 // A fixed window lets its whole quota through at once, a bucket its burst.
 func (w world) ideal() time.Duration {
-	return time.Duration(float64(worldRequests-w.limit()) / worldRate * float64(time.Second))
+	return time.Duration(float64(w.requests()-w.limit()) / w.rate() * float64(time.Second))
 }
 
 // rejectStatus is the status the world's provider rejects with.
@@ -249,7 +285,7 @@ func runWorld(b *testing.B, w world, wrap func(http.RoundTripper) http.RoundTrip
 		start := time.Now() // before the run's own bound starts
 		done := make(chan loadResult, 1)
 		go func() {
-			done <- runClosedLoop(client, url, worldWorkers, worldPerWorker, worldReqTimeout, worldRunTimeout)
+			done <- runClosedLoop(client, url, w.workers(), worldPerWorker, worldReqTimeout, worldRunTimeout)
 		}()
 		var r loadResult
 		select {
@@ -340,7 +376,7 @@ func worldSummary(rows []worldRow) string {
 		cell[[2]string{r.world, r.impl}] = r
 	}
 	var sb strings.Builder
-	sb.WriteString("\nall worlds: x ideal / failed / 429s (403s in github-403), per burst of 240\n\n| world |")
+	sb.WriteString("\nall worlds: x ideal / failed / 429s (403s in github-403), per burst (240 requests; 60 in github-window-5)\n\n| world |")
 	for _, i := range impls {
 		fmt.Fprintf(&sb, " %s |", i)
 	}
@@ -392,6 +428,8 @@ func TestWorlds(t *testing.T) {
 			want = 5 * time.Second // (240 − 40)/40
 		case "openai-one-jitter":
 			want = 5975 * time.Millisecond // (240 − 1)/40
+		case "github-window-5":
+			want = 11 * time.Second // (60 − 5)/5
 		}
 		if got := w.ideal(); got != want {
 			t.Errorf("world %s: ideal %v, want %v", w.name, got, want)
@@ -430,6 +468,7 @@ func TestWorldHeaders(t *testing.T) {
 		"plain":                   {anthReset: "", "X-Ratelimit-Remaining": "", "X-Ratelimit-Remaining-Requests": "", "Ratelimit": ""},
 		"plain-jitter":            {anthReset: "", "X-Ratelimit-Remaining": "", "X-Ratelimit-Remaining-Requests": "", "Ratelimit": ""},
 		"github-window":           {"X-Ratelimit-Limit": "40", "X-Ratelimit-Remaining": "39", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+2, 10)},
+		"github-window-5":         {"X-Ratelimit-Limit": "5", "X-Ratelimit-Remaining": "4", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
 		"github-bucket":           {"X-Ratelimit-Limit": "4", "X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
 		"github-403":              {"X-Ratelimit-Remaining": "3", "X-Ratelimit-Reset": strconv.FormatInt(start.Unix()+1, 10)},
 		"openai":                  {"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "25ms"},
@@ -437,7 +476,7 @@ func TestWorldHeaders(t *testing.T) {
 		"ietf":                    {"Ratelimit": `"default";r=3;t=1`, "Ratelimit-Policy": `"default";q=40;w=1`},
 		"openai-one-jitter":       {"X-Ratelimit-Limit-Requests": "1", "X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "25ms"},
 	}
-	limits := map[string]int{"github-window": 40, "openai-one-jitter": 1} // requests admitted at once; worldBurst otherwise
+	limits := map[string]int{"github-window": 40, "github-window-5": 5, "openai-one-jitter": 1} // requests admitted at once; worldBurst otherwise
 	tr := cleanhttp.DefaultPooledTransport()
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
