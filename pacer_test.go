@@ -786,114 +786,27 @@ func TestAResetDatedAfterALongAnswerProvesNoMoreThanTheRate(t *testing.T) {
 	assert.LessOrEqual(t, p.proven, rate, "the proven rate, per second")
 }
 
-// answerSent is answer for an attempt sent at sentAt, as learnLocked
-// tells the pacer (its answer's send time, and the window's edge).
-func answerSent(p *pacer, sentAt, now time.Time, refused bool, l RateLimits) {
-	p.sent++
-	p.answered(now, refused)
-	p.edge.see(sentAt, now, l.Requests.Remaining, l.Requests.Limit)
-	p.answerSentAt = sentAt
-	p.learn(now, l, p.sent)
-}
-
-// cutDownWindowReading is windowReading for a window of a second that
-// ends at each whole second plus phase, its reset cut down to the second
-// (as time.Unix(...).Truncate gives it): read after that second, it has
-// passed.
-func cutDownWindowReading(limit, remaining int64, now time.Time, phase time.Duration) RateLimits {
-	end := now.Add(-phase).Truncate(time.Second).Add(time.Second + phase)
-	return RateLimits{Requests: Quota{Limit: limit, Remaining: remaining, HasLimit: true, HasRemaining: true,
-		Reset: end.Truncate(time.Second), Coarse: true}}
-}
-
-func TestASmallWindowIsToldByA429AndTheLumpAfterIt(t *testing.T) {
-	// A window of five a second ending at each whole second plus 800 ms,
-	// its reset cut down to the second: read late in the window, the
-	// reset has passed. Drained by 250 ms, then refused, it came back
-	// whole in the next window: far faster than the refusals let it
-	// refill. Too small for spotLump's test.
-	const phase = 800 * time.Millisecond
-	ms := func(n int) time.Time { return testStart.Add(time.Duration(n) * time.Millisecond) }
-	cases := []struct {
-		name    string
-		refused []time.Time // the 429s' sends
-		back    time.Time   // the send read four of five
-	}{
-		// Less than a unit in 348 ms, then four in 250.
-		{"one 429", []time.Time{ms(600)}, ms(850)},
-		// Each 429 alone bounds the refill at a unit in 148 ms (6.8 a
-		// second), and four came back in the half second after the
-		// last (8 a second): not twice that. The run bounds it at a
-		// unit in 348 ms.
-		{"a run of 429s", []time.Time{ms(300), ms(450), ms(600)}, ms(1100)},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p := &pacer{}
-			for left := int64(4); left >= 0; left-- {
-				at := ms(50 * int(5-left))
-				answerSent(p, at, at.Add(2*time.Millisecond), false, cutDownWindowReading(5, left, at, phase))
+func TestAnIdleUpstreamsNextSlotIsWithinTheBound(t *testing.T) {
+	// Counts read while attempts were out pushed the pace clock nine
+	// slots ahead; once every attempt is answered, the next slot is at
+	// most the bound away: no forecast keeps an idle upstream waiting
+	// longer. A clock within that is left as it is.
+	const bound = 2500 * time.Millisecond
+	for _, ahead := range []float64{9, 2} {
+		t.Run(fmt.Sprintf("%v slots ahead", ahead), func(t *testing.T) {
+			p := &pacer{bound: bound, mode: paceMeasured}
+			now := testStart
+			p.setPace(now, time.Second)
+			p.setCapacity(now, 4)
+			p.tatV = p.slotsAt(now) + 3 + ahead
+			before := p.book(now).at
+			p.tatV-- // that booking's slot, given back
+			p.idle(now)
+			next := p.book(now).at
+			assert.LessOrEqual(t, next.Sub(now), bound, "the next slot of an idle upstream")
+			if before.Sub(now) <= bound {
+				assert.Equal(t, before, next, "a clock within the bound is left as it was")
 			}
-			require.False(t, p.lumpy, "drained as a bucket of five at five a second would be")
-			for _, at := range c.refused {
-				answerSent(p, at, at.Add(2*time.Millisecond), true, cutDownWindowReading(5, 0, at, phase))
-			}
-			require.False(t, p.lumpy, "refused: nothing to tell a window by yet")
-			answerSent(p, c.back, c.back.Add(2*time.Millisecond), false, cutDownWindowReading(5, 4, c.back, phase))
-			assert.True(t, p.lumpy, "refilled less than a unit while refused, then four at once: a lump")
-			assert.True(t, p.edge.noProbes, "a window of five is not probed: each refused probe is a twelfth of 60 requests")
 		})
-	}
-}
-
-func TestASmallBucketIsNotTakenForAWindowByA429(t *testing.T) {
-	// Buckets of five, each read empty, refused (once, or by a run of
-	// 429s), then read again: both bounds hold for any bucket, so none
-	// looks like a lump, whatever its rate and however its count comes
-	// back.
-	// The 429s' sends, in units of refill after it read empty, and how
-	// many attempts went before them, each as a unit came back, still out
-	// when the 429s are answered (each took a unit: the 429 a unit after
-	// the last found less than one).
-	runs := []struct {
-		refused []float64
-		out     int
-	}{
-		{[]float64{0.05}, 0},
-		{[]float64{0.99}, 0}, // the bound is near the rate
-		{[]float64{0.3, 0.6, 0.9}, 0},
-		{[]float64{2.9}, 2},
-	}
-	for _, rate := range []float64{2, 5, 20, 100} {
-		for _, run := range runs {
-			t.Run(fmt.Sprintf("%v/s,429s-at-%v,%d-out", rate, run.refused, run.out), func(t *testing.T) {
-				unit := func(n float64) time.Duration { return time.Duration(n / rate * float64(time.Second)) }
-				reading := func(remaining int64, at time.Time) RateLimits {
-					full := at.Add(unit(float64(5 - remaining)))
-					return RateLimits{Requests: Quota{Limit: 5, Remaining: remaining, HasLimit: true, HasRemaining: true,
-						Reset: full.Truncate(time.Second), Coarse: true}}
-				}
-				p := &pacer{}
-				emptyAt := testStart.Add(100 * time.Millisecond) // the bucket held nothing: its count was counted here
-				answerSent(p, emptyAt.Add(-time.Millisecond), emptyAt, false, reading(0, emptyAt))
-				p.sent += uint64(run.out)
-				var last time.Time
-				for _, n := range run.refused {
-					last = emptyAt.Add(unit(n)) // under a unit: refused
-					answerSent(p, last, last.Add(time.Millisecond), true, reading(0, last))
-				}
-				held := rate*last.Sub(emptyAt).Seconds() - float64(run.out)
-				for _, after := range []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond, time.Second} {
-					at := last.Add(after)
-					remaining := int64(min(held+rate*after.Seconds(), 5)) - 1 // the attempt that reads it takes one
-					if remaining < 0 {
-						continue
-					}
-					q := *p
-					answerSent(&q, at, at, false, reading(remaining, at))
-					assert.False(t, q.lumpy, "a bucket at %v/s read at %d of 5 %v after its 429", rate, remaining, after)
-				}
-			})
-		}
 	}
 }

@@ -416,6 +416,12 @@ func gap(w world) string {
 			"apart land in each window at once (up to 0.24 s behind it while a retry's wait after a whole-second " +
 			"Retry-After had jitter; it has none on a paced upstream now). With 20 ms answers, now and then under -race, " +
 			"the first window, paced as a bucket, is left part unused, and the burst ends a window late (1.21-1.26x)"
+	case w.family == "github" && w.load.rate < lumpMinLimit:
+		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, " +
+			"1.1-1.45x the ideal (the plain loop 1.46-1.55x), at most 3 of 60 requests seeing a 429 but in about 1 " +
+			"in 1,200 runs of a window ending within the second, its reset rounded down, where 4 do (the window's last " +
+			"request, sent past the early reset, refused). Told by a 429 and the refill after it, a bucket shared with " +
+			"another client, or one idle long enough to fill, looked the same (a review's counterexamples)"
 	}
 	return ""
 }
@@ -497,6 +503,11 @@ func TestRobustnessMatrix(t *testing.T) {
 				lostWindow := got.wall >= base.wall+700*time.Millisecond
 				if window && (got.failed > 0 || got.saw429 > most429(w) || ratio > tolerance(w) || got.wall > base.wall && !lostWindow) {
 					t.Errorf("a fixed window told by its lumps must meet every target but for a whole window lost at the start: %s",
+						strings.Join(misses, "; "))
+				}
+				if w.family == "github" && w.load.rate < lumpMinLimit && !w.proxyDate &&
+					(got.failed > 0 || ratio > tolerance(w) || got.wall > base.wall || got.saw429 > w.load.requests()/10) {
+					t.Errorf("a fixed window paced as a bucket must meet every target but let up to 10%% see a 429: %s",
 						strings.Join(misses, "; "))
 				}
 				if w.family == "github" && (got.failed > 0 || ratio > 6) {

@@ -38,12 +38,6 @@ type windowEdge struct {
 	// trip is the shortest round trip of late (see rttFloor): an edge
 	// known within edgeTrips of them is not worth a probe (see next).
 	trip time.Duration
-	// noProbes makes next give the late bound, never a probe's time: a
-	// window too small to be told by its lumps (see
-	// pacer.spotRefusedLump) has few requests to spare, and each probe
-	// the old window refuses is a 429 (a window of five a second drew
-	// 3 of 60, the most allowed, with probes, at most 2 without).
-	noProbes bool
 }
 
 const (
@@ -193,8 +187,7 @@ func (e *windowEdge) end() (lo, hi time.Time, ok bool) {
 
 // next is when the current window's quota may be tried next: its learned
 // end (the late bound) when the edge is known within edgeFine, or within
-// edgeTrips round trips, or is never probed (noProbes), else a probe's
-// time; ok is false while nothing is
+// edgeTrips round trips, else a probe's time; ok is false while nothing is
 // known. fine reports the former.
 //
 // A probe the old window refuses waits out its whole-second Retry-After (a
@@ -226,7 +219,7 @@ func (e *windowEdge) next(stated time.Time) (at time.Time, fine, ok bool) {
 	if !ok {
 		return time.Time{}, false, false
 	}
-	if e.noProbes || hi.Sub(lo) <= max(edgeFine, edgeTrips*e.trip) {
+	if hi.Sub(lo) <= max(edgeFine, edgeTrips*e.trip) {
 		return hi, true, true
 	}
 	if !e.early {

@@ -126,8 +126,6 @@ func worlds() []world {
 			c.RateLimit.Window = time.Second
 			c.RateLimit.Burst = int(worldRate)
 		})},
-		// GitHub's x-ratelimit-* headers, reset in epoch seconds, over a
-		// token bucket, 429.
 		// A fixed window of five a second, its reset cut down to the
 		// second: too small to be told by its lumps, and its resets
 		// early by up to a second.
@@ -135,6 +133,8 @@ func worlds() []world {
 			c.RateLimit = retrytest.RateLimit{Rate: smallRate, Burst: int(smallRate), Window: time.Second, Status: http.StatusTooManyRequests}
 			c.Rounding = retrytest.RoundDown
 		})},
+		// GitHub's x-ratelimit-* headers, reset in epoch seconds, over a
+		// token bucket, 429.
 		{name: "github-bucket", cfg: with(retrytest.GitHub, func(c *retrytest.Config) { c.RateLimit.Status = http.StatusTooManyRequests })},
 		// The same with GitHub's usual rejection, 403, which only a client
 		// that reads x-ratelimit-remaining: 0 takes for a rate limit.
@@ -234,8 +234,9 @@ func (r worldResult) xIdeal(ideal time.Duration) float64 {
 // per world and a summary. Run it with -benchtime 1x: the wall time is the
 // measurement, and a full run takes several minutes.
 //
-// An op is one burst of 240 requests. Metrics: x-ideal is wall time over the
-// world's ideal (5.9 s, or 5.0 s in github-window); failed/op are requests whose final outcome was an error or a
+// An op is one burst of 240 requests (60 in github-window-5). Metrics: x-ideal
+// is wall time over the world's ideal (5.9 s, 5.0 s in github-window, 11 s in
+// github-window-5); failed/op are requests whose final outcome was an error or a
 // status other than 200; 429/op (403/op in github-403) are the provider's
 // rejections; saw429/op are requests that got at least one; attempts/op are
 // requests the provider received. A run that passes 90 s fails the
