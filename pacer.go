@@ -1216,27 +1216,6 @@ func (p *pacer) syncRemaining(now time.Time, q Quota, sent uint64) {
 	p.tatV = max(p.tatV, target)
 }
 
-// idle takes in that every attempt sent has been answered, at now: the
-// pace clock's next slot is then at most the bound away (or two
-// intervals, a unit and the headroom, if longer). Counts read while
-// attempts were out forecast those as taken, and pushed the clock as many
-// slots ahead; answers that came back later, out of order, cannot pull it
-// back (a stale count says nothing of what was sent after it). Bounded
-// trust: no forecast keeps an upstream with nothing in flight idle past
-// the bound. A burst over a bucket of 5 answered out of order left the
-// clock nine slots ahead of an idle upstream, its next request 5.8 s away
-// at a pace of one a second, past the bound of 2.5 s (FuzzPacerProgress).
-// (Pulled back to two intervals always, a bucket of one whose clock a 429
-// had pushed went early: 27 of 60 requests saw a 429.) Holds and the
-// shortfall gate the slot as before.
-func (p *pacer) idle(now time.Time) {
-	if p.interval <= 0 || p.bound <= 0 {
-		return
-	}
-	ahead := max(float64(p.bound)/float64(p.interval), 1+headroom)
-	p.tatV = min(p.tatV, p.slotsAt(now)+(p.capacity-1)+ahead)
-}
-
 // endsWithin reports that q's reset, in whole seconds, comes within d of
 // now: the headroom kept back is of no use by then. Behind such a reset a
 // fixed window cannot be told from a bucket until its lumps show, and a

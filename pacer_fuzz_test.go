@@ -3,7 +3,6 @@ package retryhttp
 import (
 	"fmt"
 	"math"
-	"math/rand"
 	"net/http"
 	"sort"
 	"strings"
@@ -463,49 +462,4 @@ func soonestTurn(u *upstream, queue []*fuzzRequest, now time.Time) time.Time {
 		}
 	}
 	return later(soon, now)
-}
-
-// TestPacerProgressOverSmallCoarseQuotas runs runPacerFuzz over inputs drawn
-// toward what the fuzzer's mutations rarely reach: GitHub-style quotas of 3
-// and 5 with epoch resets near now, 429s among the answers (a third of
-// them), answers to any attempt in any order, and short steps of time. Its
-// 7,357th input left an idle upstream's next slot 5.8 s away, past a bound
-// of 2.5 s (see pacer.idle).
-func TestPacerProgressOverSmallCoarseQuotas(t *testing.T) {
-	rng := rand.New(rand.NewSource(1))
-	for i := 0; i < 8000; i++ {
-		in := smallCoarseQuotaInput(rng)
-		if !t.Run(fmt.Sprint(i), func(t *testing.T) { runPacerFuzz(t, in) }) {
-			t.Fatalf("input %d: %q", i, in)
-		}
-	}
-}
-
-// smallCoarseQuotaInput draws one input of runPacerFuzz (see
-// TestPacerProgressOverSmallCoarseQuotas).
-func smallCoarseQuotaInput(rng *rand.Rand) []byte {
-	b := []byte{byte(rng.Intn(8))} // the bound
-	for n := 40 + rng.Intn(150); n > 0; n-- {
-		switch k := rng.Intn(10); {
-		case k < 2:
-			b = append(b, evSchedule)
-		case k < 5:
-			b = append(b, evRecheck, byte(rng.Intn(256)))
-		case k < 8:
-			throttled := byte(0)
-			if rng.Intn(3) == 0 {
-				throttled = 1
-			}
-			limit := byte(3 + rng.Intn(2)) // fuzzCounts: "3" or "5"
-			remaining := byte(rng.Intn(int(limit) + 1))
-			if throttled == 1 {
-				remaining = 0
-			}
-			reset := []byte{1, 2, 33, 24, 0, 10}[rng.Intn(6)] // epoch resets near now, a delta, a date
-			b = append(b, evAnswer, byte(rng.Intn(256)), throttled, 3, limit, remaining, reset, byte(rng.Intn(2)), byte(rng.Intn(8)))
-		default:
-			b = append(b, evAdvance, byte(rng.Intn(3))|byte(rng.Intn(4))<<3)
-		}
-	}
-	return b
 }

@@ -785,28 +785,3 @@ func TestAResetDatedAfterALongAnswerProvesNoMoreThanTheRate(t *testing.T) {
 	p.learn(now, readRateLimits(h, now, c.serverNow(h, now)), 1)
 	assert.LessOrEqual(t, p.proven, rate, "the proven rate, per second")
 }
-
-func TestAnIdleUpstreamsNextSlotIsWithinTheBound(t *testing.T) {
-	// Counts read while attempts were out pushed the pace clock nine
-	// slots ahead; once every attempt is answered, the next slot is at
-	// most the bound away: no forecast keeps an idle upstream waiting
-	// longer. A clock within that is left as it is.
-	const bound = 2500 * time.Millisecond
-	for _, ahead := range []float64{9, 2} {
-		t.Run(fmt.Sprintf("%v slots ahead", ahead), func(t *testing.T) {
-			p := &pacer{bound: bound, mode: paceMeasured}
-			now := testStart
-			p.setPace(now, time.Second)
-			p.setCapacity(now, 4)
-			p.tatV = p.slotsAt(now) + 3 + ahead
-			before := p.book(now).at
-			p.tatV-- // that booking's slot, given back
-			p.idle(now)
-			next := p.book(now).at
-			assert.LessOrEqual(t, next.Sub(now), bound, "the next slot of an idle upstream")
-			if before.Sub(now) <= bound {
-				assert.Equal(t, before, next, "a clock within the bound is left as it was")
-			}
-		})
-	}
-}

@@ -418,8 +418,8 @@ func gap(w world) string {
 			"the first window, paced as a bucket, is left part unused, and the burst ends a window late (1.21-1.26x)"
 	case w.family == "github" && w.load.rate < lumpMinLimit:
 		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, " +
-			"1.1-1.45x the ideal (the plain loop 1.46-1.55x), at most 3 of 60 requests seeing a 429 but in about 1 " +
-			"in 1,200 runs of a window ending within the second, its reset rounded down, where 4 do (the window's last " +
+			"1.1-1.45x the ideal (the plain loop 1.46-1.56x), at most 3 of 60 requests seeing a 429 but in 3 to 9 of " +
+			"1,200 runs of a window ending within the second, its reset rounded down, where 4 (once 5) do (the window's last " +
 			"request, sent past the early reset, refused). Told by a 429 and the refill after it, a bucket shared with " +
 			"another client, or one idle long enough to fill, looked the same (a review's counterexamples)"
 	}

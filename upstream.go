@@ -478,9 +478,6 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if p.probe || (u.start.phase == probing && gotResponse) {
 		u.openLocked(now, gotResponse)
 	}
-	if u.sent == u.replies {
-		u.pacer.idle(now)
-	}
 	if moved {
 		held = u.hold.end
 	}
