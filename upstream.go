@@ -421,7 +421,6 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 		if u.mode != was {
 			entered = u.mode
 		}
-		spreads = throttled && u.spreadsRetries()
 	}()
 	moved := false
 	u.free.Store(false) // schedule decides again, on the clock
@@ -484,7 +483,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if u.lateResets && !u.toldLate {
 		u.toldLate, late = true, true
 	}
-	return held, paceOff, late, false // spreads is set on the way out
+	return held, paceOff, late, throttled && u.spreadsRetries()
 }
 
 // spreadsRetries reports whether the upstream's pace spreads retries told
