@@ -239,12 +239,13 @@ func (c *call) scheduleOnce(u *upstream, latest time.Time) (_ pass, err error) {
 	limitAt, booked, local := c.bookLimits(u, now, t.at) // when the client-side limits let this attempt go
 	if start := later(t.firmAt(), limitAt); start.After(now) && start.After(latest) {
 		booked.cancel(now)
-		u.unbook(t)
+		u.unbook(now, t)
 		return pass{}, c.rateLimited(now, start)
 	}
-	if err := c.awaitTurn(u, t, limitAt, booked, latest, w != nil); err != nil {
-		booked.cancel(c.t.cfg.clock.Now())
-		u.unbook(t)
+	if err := c.awaitTurn(u, &t, limitAt, booked, latest, w != nil); err != nil {
+		now = c.t.cfg.clock.Now()
+		booked.cancel(now)
+		u.unbook(now, t) // the turn as the wait left it: a recheck may have booked it again
 		return pass{}, err
 	}
 	p.at = c.t.cfg.clock.Now()
@@ -279,10 +280,10 @@ func (c *call) bookLimits(u *upstream, now, turnAt time.Time) (at time.Time, r r
 // answer gave (a slow-start ramp), for what OnAttempt reports it waited for.
 // A refund on the local token limits (a response that used fewer tokens than
 // it booked) brings booked's start forward and wakes the wait.
-func (c *call) awaitTurn(u *upstream, t turn, limitAt time.Time, booked reservation, latest time.Time, behindProbe bool) error {
+func (c *call) awaitTurn(u *upstream, t *turn, limitAt time.Time, booked reservation, latest time.Time, behindProbe bool) error {
 	for {
 		now := c.t.cfg.clock.Now()
-		at, quicker, again := u.recheck(now, &t, c.policy.jitter)
+		at, quicker, again := u.recheck(now, t, c.policy.jitter)
 		if again {
 			return errScheduleAgain
 		}
@@ -414,7 +415,7 @@ func (c *call) awaitProbe(u *upstream, w *waiter) (turn, pass, error) {
 	c.waited(WaitProbe, start)
 	t := u.claim(w)
 	if err != nil {
-		u.unbook(t) // the paced slot the probe's answer gave it, if any
+		u.unbook(c.t.cfg.clock.Now(), t) // the paced slot the probe's answer gave it, if any
 		return turn{}, pass{}, err
 	}
 	if t.at.IsZero() {

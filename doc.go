@@ -69,9 +69,11 @@
 //   - Bounded trust: no state learned from a server (a hold, a pace, a quota
 //     reading) keeps an upstream from being tried for longer than
 //     WithMaxRetryAfter (60s by default). A hold cut to that bound ends in
-//     a new probe: one request goes and its answer decides. A request that
-//     cannot wait for its own turn still fails at once with ErrRateLimited
-//     and RetryAt.
+//     a new probe: one request goes and its answer decides. So does a
+//     queue waiting on the pace with nothing in flight: its first request
+//     goes within the bound (and one pace interval) of the last attempt,
+//     and the queue follows. A request that cannot wait for its own turn
+//     still fails at once with ErrRateLimited and RetryAt.
 //   - The server's clock: absolute times (RFC 3339 and epoch resets,
 //     Retry-After dates) are read against the response's Date header (see
 //     [ServerNow]) and treated as good to about a second (Quota.Coarse). A

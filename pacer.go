@@ -62,7 +62,8 @@ type pacer struct {
 	// with the slower pace by as many intervals as the hold lasted: a 20 ms
 	// hold became 1.6 s when the pace went from 3,800 to 49 a second).
 	holdEnd time.Time
-	clockID uint32 // counts the pace clocks started: a turn's slot is on one of them
+	clockID uint32      // counts the pace clocks started: a turn's slot is on one of them
+	booked  bookedSlots // the slots booked ahead, for where the queue begins (see catchUp)
 	// lostSends are the last attempts that got no answer (see lost).
 	lostSends [16]uint64
 	lostNext  uint64
@@ -271,7 +272,8 @@ func (p *pacer) book(start time.Time) turn {
 	if moved {
 		start = p.timeOf(v)
 	}
-	return turn{at: start, v: v, paced: true, firm: p.firm, clockID: p.clockID}
+	p.booked.add(p.clockID, v)
+	return turn{at: start, v: v, paced: true, firm: p.firm, clockID: p.clockID, listed: true}
 }
 
 // gcra books the next paced slot at or after slot v; moved reports that it
@@ -282,6 +284,49 @@ func (p *pacer) gcra(v float64) (slot float64, moved bool) {
 	}
 	p.tatV = max(p.tatV, v) + 1
 	return v, moved
+}
+
+// unlist drops t's slot from the booked set: it goes, books again or gives
+// up.
+func (p *pacer) unlist(t *turn) {
+	if t.listed {
+		p.booked.remove(t.clockID, t.v)
+		t.listed = false
+	}
+}
+
+// first reports whether t, a paced turn, holds the first slot of the queue
+// that lies ahead: no other request's turn comes before it.
+func (p *pacer) first(now time.Time, t turn) bool {
+	front, ok := p.booked.front(p.clockID, p.slotsAt(now))
+	return !ok || t.v <= front
+}
+
+// catchUp moves the pace clock on, at now, so that the first slot booked
+// ahead (v, or one booked before it) comes an interval from now, if it lies
+// further out. The upstream calls it when its queue waits with nothing in
+// flight and nothing sent for the bound (see upstream.stalledAt): what a
+// server said (a count read while attempts were out, a reading older than
+// others) booked the queue behind slots nobody holds, and the answer to
+// the attempt that goes now, alone, decides. Every booked slot moves by the
+// same number of slots, so the queue keeps its order and spacing and a new
+// request still books behind it (pulling back only the clock's end, not the
+// queue, let new requests take the queue's slots: 148 of 800 requests drew
+// a 429 from a stated bucket whose queue was longer than the bound). The
+// waiters are woken to read their new times.
+func (p *pacer) catchUp(now time.Time, v float64) {
+	if p.interval <= 0 {
+		return
+	}
+	at := p.slotsAt(now)
+	if front, ok := p.booked.front(p.clockID, at); ok {
+		v = min(v, front) // a request ahead of the one going
+	}
+	if gap := v - 1 - at; gap > 0 {
+		p.anchorV += gap
+		p.quicker.fire()
+	}
+	p.wentAt = now // the next goes an interval after it (see spacing)
 }
 
 // quickerFor returns the channel closed when the pace quickens, for a

@@ -684,7 +684,7 @@ func waitForProjectedTurn(t *testing.T) (*fakeclock.Clock, *upstream, chan error
 	c := &call{t: rt, req: req, ctx: ctx, policy: &rt.cfg.policy}
 	done := make(chan error, 1)
 	latest := c.latestStart(clk.Now())
-	go func() { done <- c.awaitTurn(u, tn, time.Time{}, nil, latest, false) }()
+	go func() { done <- c.awaitTurn(u, &tn, time.Time{}, nil, latest, false) }()
 	require.True(t, clk.WaitForTimers(1, 5*time.Second), "it waits instead of failing at once")
 	select {
 	case err := <-done:

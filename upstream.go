@@ -32,6 +32,7 @@ type upstream struct {
 	clock    serverClock       // the upstream's clock, from its Date headers (serverclock.go)
 	rtts     rttFloor          // its shortest round trips of late, for holds (exhaustedUntilLocked)
 	replies  uint64            // attempts answered (a response or an error), of pacer.sent
+	busyAt   time.Time         // when an attempt was last sent or answered (see stalledAt)
 	stated   RateLimits        // the last rate-limit state a response stated, for Stats
 	statedAt time.Time         // when it came
 	limits   *clientLimits     // the client-side limits (own locks); nil without WithRateLimit
@@ -85,6 +86,10 @@ type turn struct {
 	// step, on the ramp after the probe, is its step from 1 (0: not on
 	// the ramp): it may go before at once the ramp lets it (see ramp).
 	step int
+	// listed is set while its slot is in the pacer's booked set (see
+	// bookedSlots): from its booking until it goes, books again or
+	// gives up.
+	listed bool
 }
 
 // pass is what an admitted attempt carries back to observe.
@@ -182,6 +187,7 @@ func (u *upstream) dispatch(p *pass) {
 	u.mu.Lock()
 	u.sentOne()
 	p.sent = u.sent
+	u.busyAt = later(u.busyAt, p.at)
 	u.start.ramp.sending(p.at, u.sent)
 	u.mu.Unlock()
 }
@@ -226,12 +232,12 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	case t.paced && t.v >= u.tatV && !u.timeOf(t.v).Before(now):
 		// The server's count set the pace clock back behind this slot:
 		// it books again, at the front.
-		*t = u.turnAt(now)
+		u.rebook(t, now)
 		at = t.at
 	case t.paced:
 		at, t.firm = u.timeOf(t.v), u.firm
 	case !t.probe && u.interval > 0 && !at.After(now):
-		*t = u.turnAt(now) // paced since it was booked: take a slot
+		u.rebook(t, now) // paced since it was booked: take a slot
 		at = t.at
 	}
 	if u.hold.held(now) && at.Before(u.hold.end) {
@@ -245,8 +251,17 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 			// time with a 20 ms round trip).
 			at = u.hold.end
 		} else {
-			*t = u.turnAt(u.afterHold(now, jitter)) // a new turn after the hold, not a herd
+			u.rebook(t, u.afterHold(now, jitter)) // a new turn after the hold, not a herd
 			at = t.at
+		}
+	}
+	stalled := u.stalledAt()
+	if t.paced && !stalled.IsZero() && at.After(stalled) && u.first(now, *t) {
+		if stalled.After(now) {
+			at = stalled // wake then, to go if the upstream is still idle
+		} else {
+			u.catchUp(now, t.v) // it goes alone, and the queue follows
+			at = now
 		}
 	}
 	if at.After(now) {
@@ -259,29 +274,89 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		return at, u.quickerFor(*t), false
 	}
 	if t.probe {
+		u.unlist(t)
 		return time.Time{}, nil, false
 	}
-	if short := u.shortfall(now, u.sent-u.replies); short > 0 {
+	if !stalled.IsZero() && !now.Before(stalled) {
+		// Idle for the bound: it goes, whatever the model of the
+		// server's count says, and alone (as good as sent, so that no
+		// other request goes for the same stall).
+		u.busyAt = now
+	} else if short := u.shortfall(now, u.sent-u.replies); short > 0 {
+		if wake := now.Add(short); !stalled.IsZero() && wake.After(stalled) {
+			return stalled, nil, false // the model's wait is bounded too
+		}
 		return now.Add(short), nil, false
 	}
 	if step > 0 {
 		u.start.ramp.leaving(now, step-1, u.sent+1) // it is the next sent
 	}
+	u.unlist(t)
 	return time.Time{}, nil, false
+}
+
+// rebook gives t a new turn at or after start, in place of the slot it
+// held.
+func (u *upstream) rebook(t *turn, start time.Time) {
+	u.unlist(t)
+	*t = u.turnAt(start)
+}
+
+// stalledAt is when the upstream will have been idle for the bound (and an
+// interval) with requests waiting on it, if nothing is sent or answered
+// before: nothing in flight, and nothing sent or answered since busyAt, or
+// since the end of a hold (a hold is a statement of its own, with its own
+// bound). Zero when something is in flight, or there is no bound. (The
+// interval is there for a pace at the bound itself: its next slot comes a
+// bound after the last send, and goes as the next in line, not raced by a
+// request behind it that the stall would let go.)
+//
+// Bounded trust, for the pace: counts read while attempts were out, and
+// answers that came back out of order, can book the queue behind slots
+// nobody holds, past the bound, with nothing in flight to correct them (a
+// request alone in the queue was told to wait 2.2 s behind a bound of
+// 0.5 s). At stalledAt the first in line goes, alone, whatever its slot or
+// the model of the server's count (shortfall) say, and its answer decides;
+// the pace clock moves on so the queue follows it (see pacer.catchUp). A
+// healthy pace never comes to this: its slots are an interval apart, and
+// the interval is within the bound.
+func (u *upstream) stalledAt() time.Time {
+	if u.bound <= 0 || u.sent != u.replies || u.busyAt.IsZero() {
+		return time.Time{}
+	}
+	return later(u.busyAt, u.hold.end).Add(u.bound + u.interval)
+}
+
+// wakeIfStalling wakes the requests waiting on the pace when the first of
+// them would sleep past stalledAt: its slot lies further out than the bound
+// from the last attempt, and it must wake at stalledAt to go then (see
+// recheck). It is called when the last attempt out is answered, and when a
+// request gives up (it may have been first in line). A healthy pace never
+// wakes anyone here: its next slot is within an interval.
+func (u *upstream) wakeIfStalling(now time.Time) {
+	stalled := u.stalledAt()
+	if stalled.IsZero() || u.interval <= 0 {
+		return
+	}
+	if front, ok := u.booked.front(u.clockID, u.slotsAt(now)); ok && u.timeOf(front).After(stalled) {
+		u.quicker.fire()
+	}
 }
 
 // unbook gives back the paced slot of a turn that will not be used (its
 // request was refused, or gave up), when no later one was booked since, so
 // refused requests do not push the queue out.
-func (u *upstream) unbook(t turn) {
+func (u *upstream) unbook(now time.Time, t turn) {
 	if !t.paced {
 		return
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.unlist(&t)
 	if u.interval > 0 && t.clockID == u.clockID && u.tatV == t.v+1 {
 		u.tatV = t.v
 	}
+	u.wakeIfStalling(now) // it may have been first in line
 }
 
 // afterHold delays start past a hold, spreading the held requests with
@@ -378,6 +453,7 @@ func (p pass) abandon(now time.Time) {
 		p.u.replies++
 		p.u.lost(p.sent)
 		p.u.start.ramp.answered(now, p.u.replies, p.u.sent)
+		p.u.wakeIfStalling(now)
 	}
 	if p.probe {
 		p.u.openLocked(now, false)
@@ -396,7 +472,9 @@ func (p pass) answeredFree(now time.Time) {
 	}
 	p.u.mu.Lock()
 	p.u.replies++
+	p.u.busyAt = later(p.u.busyAt, now)
 	p.u.start.ramp.answered(now, p.u.replies, p.u.sent)
+	p.u.wakeIfStalling(now)
 	p.u.mu.Unlock()
 }
 
@@ -424,6 +502,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	}()
 	moved := false
 	u.free.Store(false) // schedule decides again, on the clock
+	u.busyAt = later(u.busyAt, now)
 	if p.sent > 0 {
 		u.replies++
 		if throttled {
@@ -483,6 +562,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if u.lateResets && !u.toldLate {
 		u.toldLate, late = true, true
 	}
+	u.wakeIfStalling(now)
 	return held, paceOff, late, throttled && u.spreadsRetries()
 }
 

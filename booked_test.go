@@ -1,0 +1,63 @@
+package retryhttp
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestBookedSlotsKnowTheFirstSlotAhead(t *testing.T) {
+	var b bookedSlots
+	for _, v := range []float64{3, 4, 5} {
+		b.add(1, v)
+	}
+	b.add(1, 3.5) // a burst's slot, booked after later ones
+	b.add(1, 4)   // two requests on one slot
+	assert.Equal(t, []float64{3, 3.5, 4, 4, 5}, b.v)
+
+	front, ok := b.front(1, 0)
+	assert.True(t, ok)
+	assert.Equal(t, 3.0, front)
+	front, _ = b.front(1, 3.2)
+	assert.Equal(t, 3.5, front, "a slot before now is due, not ahead")
+	_, ok = b.front(1, 5.5)
+	assert.False(t, ok, "nothing ahead")
+
+	b.remove(1, 4)
+	assert.Equal(t, []float64{3, 3.5, 4, 5}, b.v, "one hold of a shared slot goes")
+	b.remove(1, 3)
+	assert.Equal(t, []float64{3.5, 4, 5}, b.v, "the first in line goes")
+	b.remove(1, 4.5)
+	b.remove(2, 5)
+	assert.Equal(t, []float64{3.5, 4, 5}, b.v, "a slot not held, or on another clock, changes nothing")
+	_, ok = b.front(2, 0)
+	assert.False(t, ok, "another clock's queue is not this one's")
+
+	b.add(2, 7)
+	assert.Equal(t, []float64{7}, b.v, "a new pace clock drops the old one's slots")
+}
+
+func TestAQueueWithRoomForABurstBooksInOrder(t *testing.T) {
+	// What book records: a burst's slots share a number or come in any
+	// order, and the first is still the least.
+	p := &pacer{}
+	now := testStart
+	p.setPace(now, 100*time.Millisecond)
+	p.setCapacity(now, 3)
+	var turns []turn
+	for i := 0; i < 5; i++ {
+		turns = append(turns, p.book(now))
+	}
+	front, ok := p.booked.front(p.clockID, p.slotsAt(now))
+	assert.True(t, ok)
+	assert.Equal(t, turns[0].v, front)
+	for _, tn := range turns {
+		assert.True(t, tn.listed)
+		tn := tn
+		p.unlist(&tn)
+		assert.False(t, tn.listed)
+		p.unlist(&tn) // twice: one hold only
+	}
+	assert.Empty(t, p.booked.v, "every booking went, once")
+}

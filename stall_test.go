@@ -1,0 +1,191 @@
+package retryhttp
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/retryhttp/retryhttp/internal/fakeclock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// stalledQueue is an upstream paced at 10 a second with a bound of a
+// second, whose one attempt was answered at testStart, and whose pace clock
+// a count read while attempts were out pushed 3 s ahead: slots nobody
+// holds. Three requests then book behind them, at testStart.
+func stalledQueue(t *testing.T) (u *upstream, turns []turn) {
+	t.Helper()
+	u = &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	now := testStart
+	u.setPace(now, 100*time.Millisecond)
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+	p.observe(now, RateLimits{}, 0, false, true)
+	u.tatV = u.slotsAt(now) + 30
+	for i := 0; i < 3; i++ {
+		tn, w, _ := u.schedule(now, 0)
+		require.Nil(t, w)
+		turns = append(turns, tn)
+	}
+	require.Equal(t, testStart.Add(3*time.Second), turns[0].at)
+	return u, turns
+}
+
+func TestAQueueBookedPastTheBoundGoesAtTheBound(t *testing.T) {
+	u, turns := stalledQueue(t)
+	now := testStart
+	stall := now.Add(u.bound + u.interval)
+
+	at, _, _ := u.recheck(now, &turns[0], 0)
+	assert.Equal(t, stall, at, "the first in line wakes at the bound (and an interval) from the last answer, not at its slot 3 s away")
+	at, quicker, _ := u.recheck(now, &turns[1], 0)
+	assert.Equal(t, testStart.Add(3100*time.Millisecond), at, "the second sleeps until its slot: a stall is no reason to wake the whole queue")
+	require.NotNil(t, quicker)
+
+	now = stall
+	at, _, _ = u.recheck(now, &turns[1], 0)
+	assert.False(t, at.IsZero() || !at.After(now), "only the first in line goes at the stall")
+	at, _, _ = u.recheck(now, &turns[0], 0)
+	assert.True(t, at.IsZero(), "the first in line goes alone, and its answer decides")
+	at, _, _ = u.recheck(now, &turns[1], 0)
+	assert.True(t, at.After(now), "alone: the next, rechecking before the first is sent, waits")
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+
+	select {
+	case <-quicker:
+	default:
+		t.Fatal("the queue behind it is woken to read its new times")
+	}
+	at, _, _ = u.recheck(now, &turns[1], 0)
+	assert.Equal(t, now.Add(2*u.interval), at, "the queue follows a pace interval behind")
+	at, _, _ = u.recheck(now, &turns[2], 0)
+	assert.Equal(t, now.Add(3*u.interval), at, "in order, an interval apart")
+	next := u.turnAt(now)
+	assert.Equal(t, now.Add(4*u.interval), next.at, "a new request books behind the queue, not in its slots")
+}
+
+func TestAQueueIsNotHurriedWhileAnAttemptIsOut(t *testing.T) {
+	u, turns := stalledQueue(t)
+	p := pass{u: u, at: testStart}
+	u.dispatch(&p) // its answer will tell
+	now := testStart.Add(2 * time.Second)
+	at, quicker, _ := u.recheck(now, &turns[0], 0)
+	assert.Equal(t, turns[0].at, at, "an attempt out: the first in line waits for its slot")
+
+	now = now.Add(time.Second)
+	p.observe(now.Add(-900*time.Millisecond), RateLimits{}, 0, false, true)
+	select {
+	case <-quicker:
+		t.Fatal("its slot is within the bound of the answer: nobody is woken")
+	default:
+	}
+}
+
+func TestTheLastAnswerWakesAQueueBookedPastTheBound(t *testing.T) {
+	u, turns := stalledQueue(t)
+	p := pass{u: u, at: testStart}
+	u.dispatch(&p)
+	at, quicker, _ := u.recheck(testStart, &turns[0], 0)
+	assert.Equal(t, turns[0].at, at)
+
+	now := testStart.Add(10 * time.Millisecond)
+	p.observe(now, RateLimits{}, 0, false, true)
+	select {
+	case <-quicker:
+	default:
+		t.Fatal("nothing is in flight now, and the first slot is 3 s away: the queue is woken")
+	}
+	at, _, _ = u.recheck(now, &turns[0], 0)
+	assert.Equal(t, now.Add(u.bound+u.interval), at)
+}
+
+func TestTheFirstInLineGivingUpWakesTheNext(t *testing.T) {
+	u, turns := stalledQueue(t)
+	u.recheck(testStart, &turns[0], 0)
+	_, quicker, _ := u.recheck(testStart, &turns[1], 0)
+	now := testStart.Add(500 * time.Millisecond)
+	u.unbook(now, turns[0])
+	select {
+	case <-quicker:
+	default:
+		t.Fatal("the next in line must wake to take the first's place")
+	}
+	at, _, _ := u.recheck(now, &turns[1], 0)
+	assert.Equal(t, testStart.Add(u.bound+u.interval), at, "it now wakes at the bound")
+}
+
+func TestAStallCountsFromTheEndOfAHold(t *testing.T) {
+	u, turns := stalledQueue(t)
+	end := testStart.Add(800 * time.Millisecond)
+	u.holdUntil(testStart, end, false)
+	at, _, _ := u.recheck(testStart, &turns[0], 0)
+	assert.Equal(t, end.Add(u.bound+u.interval), at, "a hold is a wait of its own, bounded on its own")
+}
+
+func TestAPaceAtTheBoundKeepsItsOrder(t *testing.T) {
+	// One slot a bound apart: the next in line comes due at the bound from
+	// the last send, and the one behind it, woken then, does not take its
+	// place.
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	now := testStart
+	u.setPace(now, time.Second)
+	first, _, _ := u.schedule(now, 0)
+	at, _, _ := u.recheck(now, &first, 0)
+	require.True(t, at.IsZero())
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+	p.observe(now, RateLimits{}, 0, false, true)
+	second, _, _ := u.schedule(now, 0)
+	third, _, _ := u.schedule(now, 0)
+	require.Equal(t, now.Add(time.Second), second.at)
+
+	now = now.Add(time.Second)
+	at, _, _ = u.recheck(now, &third, 0)
+	assert.Equal(t, now.Add(time.Second), at, "the third waits for its slot")
+	at, _, _ = u.recheck(now, &second, 0)
+	assert.True(t, at.IsZero(), "the second goes on its slot")
+}
+
+func TestARequestThatGivesUpGivesBackTheSlotItWasLastBooked(t *testing.T) {
+	// A hold booked the waiting request again, after it; when it then
+	// gives up, the slot it gives back is the new one, so the requests
+	// that come next are not pushed out behind it.
+	clk := fakeclock.New(testStart)
+	rt := New(sequence(step{status: 200}), WithClock(clk))
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.setPace(clk.Now(), 100*time.Millisecond)
+	u.tatV = u.slotsAt(clk.Now()) + 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://api.test/v1", nil)
+	c := &call{t: rt, req: req, ctx: ctx, policy: &rt.cfg.policy}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.scheduleOnce(u, clk.Now().Add(time.Minute))
+		done <- err
+	}()
+	require.True(t, clk.WaitForTimers(1, 5*time.Second))
+
+	u.mu.Lock()
+	u.holdUntil(clk.Now(), clk.Now().Add(2*time.Second), false)
+	u.quicker.fire() // it rechecks, and books again after the hold
+	u.mu.Unlock()
+	require.Eventually(t, func() bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.tatV > 10
+	}, 5*time.Second, time.Millisecond)
+	require.True(t, clk.WaitForTimers(1, 5*time.Second))
+	cancel()
+	require.Error(t, <-done)
+
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	assert.Less(t, u.tatV, 21.0, "the slot after the hold is given back")
+	assert.Empty(t, u.booked.v, "and no longer counted as held")
+}
