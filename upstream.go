@@ -274,7 +274,6 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		return at, u.quickerFor(*t), false
 	}
 	if t.probe {
-		u.unlist(t)
 		return time.Time{}, nil, false
 	}
 	if !stalled.IsZero() && !now.Before(stalled) {
@@ -347,16 +346,19 @@ func (u *upstream) wakeIfStalling(now time.Time) {
 // request was refused, or gave up), when no later one was booked since, so
 // refused requests do not push the queue out.
 func (u *upstream) unbook(now time.Time, t turn) {
-	if !t.paced {
+	if !t.paced && !t.listed {
 		return
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	first := t.listed && u.first(now, t)
 	u.unlist(&t)
-	if u.interval > 0 && t.clockID == u.clockID && u.tatV == t.v+1 {
+	if t.paced && u.interval > 0 && t.clockID == u.clockID && u.tatV == t.v+1 {
 		u.tatV = t.v
 	}
-	u.wakeIfStalling(now) // it may have been first in line
+	if first {
+		u.wakeIfStalling(now) // the next in line may have to wake for a stall; others need not
+	}
 }
 
 // afterHold delays start past a hold, spreading the held requests with
