@@ -49,16 +49,13 @@ func (b *bookedSlots) remove(clock uint32, v float64) {
 	}
 }
 
-// front is the first slot held on clock at or after now, the pace clock's
-// reading; ok is false when there is none. (A slot before now is a request
-// that is already due, and waits on something else, if at all.)
-func (b *bookedSlots) front(clock uint32, now float64) (v float64, ok bool) {
-	if clock != b.clock {
+// front is the least slot held on clock: the first in line, whether its
+// time has come or not (a request whose slot is due may still wait, for a
+// hold or the model's shortfall, and it is still ahead of every later
+// slot); ok is false when no slot is held.
+func (b *bookedSlots) front(clock uint32) (v float64, ok bool) {
+	if clock != b.clock || len(b.v) == 0 {
 		return 0, false
 	}
-	i := sort.SearchFloat64s(b.v, now)
-	if i == len(b.v) {
-		return 0, false
-	}
-	return b.v[i], true
+	return b.v[0], true
 }

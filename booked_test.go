@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-func TestBookedSlotsKnowTheFirstSlotAhead(t *testing.T) {
+func TestBookedSlotsKnowTheFirstInLine(t *testing.T) {
 	var b bookedSlots
 	for _, v := range []float64{3, 4, 5} {
 		b.add(1, v)
@@ -16,13 +16,9 @@ func TestBookedSlotsKnowTheFirstSlotAhead(t *testing.T) {
 	b.add(1, 4)   // two requests on one slot
 	assert.Equal(t, []float64{3, 3.5, 4, 4, 5}, b.v)
 
-	front, ok := b.front(1, 0)
+	front, ok := b.front(1)
 	assert.True(t, ok)
 	assert.Equal(t, 3.0, front)
-	front, _ = b.front(1, 3.2)
-	assert.Equal(t, 3.5, front, "a slot before now is due, not ahead")
-	_, ok = b.front(1, 5.5)
-	assert.False(t, ok, "nothing ahead")
 
 	b.remove(1, 4)
 	assert.Equal(t, []float64{3, 3.5, 4, 5}, b.v, "one hold of a shared slot goes")
@@ -31,8 +27,13 @@ func TestBookedSlotsKnowTheFirstSlotAhead(t *testing.T) {
 	b.remove(1, 4.5)
 	b.remove(2, 5)
 	assert.Equal(t, []float64{3.5, 4, 5}, b.v, "a slot not held, or on another clock, changes nothing")
-	_, ok = b.front(2, 0)
+	_, ok = b.front(2)
 	assert.False(t, ok, "another clock's queue is not this one's")
+	for _, v := range []float64{3.5, 4, 5} {
+		b.remove(1, v)
+	}
+	_, ok = b.front(1)
+	assert.False(t, ok, "no one in line")
 
 	b.add(2, 7)
 	assert.Equal(t, []float64{7}, b.v, "a new pace clock drops the old one's slots")
@@ -49,7 +50,7 @@ func TestAQueueWithRoomForABurstBooksInOrder(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		turns = append(turns, p.book(now))
 	}
-	front, ok := p.booked.front(p.clockID, p.slotsAt(now))
+	front, ok := p.booked.front(p.clockID)
 	assert.True(t, ok)
 	assert.Equal(t, turns[0].v, front)
 	for _, tn := range turns {

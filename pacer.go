@@ -295,16 +295,18 @@ func (p *pacer) unlist(t *turn) {
 	}
 }
 
-// first reports whether t, a paced turn, holds the first slot of the queue
-// that lies ahead: no other request's turn comes before it.
-func (p *pacer) first(now time.Time, t turn) bool {
-	front, ok := p.booked.front(p.clockID, p.slotsAt(now))
+// first reports whether t, a paced turn, holds the first slot of the queue:
+// no other waiting request's turn comes before it. A slot already due
+// counts: its request waits on something else (a hold, the model's
+// shortfall), and a later slot going ahead of it at a stall would jump the
+// queue (a float's rounding was enough to put a due slot a hair below now).
+func (p *pacer) first(t turn) bool {
+	front, ok := p.booked.front(p.clockID)
 	return !ok || t.v <= front
 }
 
-// catchUp moves the pace clock on, at now, so that the first slot booked
-// ahead (v, or one booked before it) comes an interval from now, if it lies
-// further out. The upstream calls it when its queue waits with nothing in
+// catchUp moves the pace clock on, at now, so that v, the first slot in
+// line (see first), comes an interval from now, if it lies further out. The upstream calls it when its queue waits with nothing in
 // flight and nothing sent for the bound (see upstream.stalledAt): what a
 // server said (a count read while attempts were out, a reading older than
 // others) booked the queue behind slots nobody holds, and the answer to
@@ -318,11 +320,7 @@ func (p *pacer) catchUp(now time.Time, v float64) {
 	if p.interval <= 0 {
 		return
 	}
-	at := p.slotsAt(now)
-	if front, ok := p.booked.front(p.clockID, at); ok {
-		v = min(v, front) // a request ahead of the one going
-	}
-	if gap := v - 1 - at; gap > 0 {
+	if gap := v - 1 - p.slotsAt(now); gap > 0 {
 		p.anchorV += gap
 		p.quicker.fire()
 	}
@@ -428,12 +426,11 @@ func (p *pacer) shortfall(now time.Time, inFlight uint64) time.Duration {
 	have := min(float64(l.remaining)+refilled, float64(p.limit)) - spent
 	short := float64(headroom+1) - have
 	if short <= 0 {
-		// Counted at once, as windowShortfall does: a request checking
-		// between this one's check and its send must not spend the
-		// same unit (two went at once, and a 429's whole-second
-		// Retry-After held the upstream for up to a second).
-		p.cleared++
-		p.clearedAt = now
+		// Counted at once: a request checking between this one's check
+		// and its send must not spend the same unit (two went at once,
+		// and a 429's whole-second Retry-After held the upstream for up
+		// to a second).
+		p.clearOne(now)
 		return 0
 	}
 	if inFlight == 0 {
@@ -533,11 +530,16 @@ func (p *pacer) windowShortfall(now time.Time, inFlight uint64) time.Duration {
 			return lumpSpread
 		}
 	}
-	// Counted at once: others checking before it is sent must not spend
-	// the same unit.
+	p.clearOne(now)
+	return 0
+}
+
+// clearOne counts an attempt let go at now that is not sent yet, so that
+// others checking before it is sent do not spend the same unit (see
+// cleared; sentOne takes it back).
+func (p *pacer) clearOne(now time.Time) {
 	p.cleared++
 	p.clearedAt = now
-	return 0
 }
 
 // statedEnd is the current window's end as the latest reading stated it,

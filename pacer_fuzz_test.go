@@ -28,8 +28,14 @@ import (
 //   - progress: when nothing is in flight and the first request in the
 //     queue, rechecked now, is told to wait, some queued request goes within
 //     the bound plus three intervals (plus one for each slot left empty by
-//     a request that gave up). Order is not checked: a turn booked before
-//     the pace began takes a slot behind those booked on it.
+//     a request that gave up);
+//   - the booked set holds exactly the slots the queued requests hold on
+//     the pace clock, and every paced turn whose slot lies ahead is in it;
+//   - order at a stall: a request that goes at a stall before its slot
+//     goes ahead of no request whose slot is not yet due. (Order is not
+//     checked otherwise: a turn booked before the pace began takes a slot
+//     behind those booked on it, and requests already due go in the order
+//     they look.)
 //
 // Run it with
 //
@@ -144,6 +150,19 @@ func pacerFuzzSeeds() [][]byte {
 		// not a bound from whenever a request looked.
 		b(0x2, 0x36, 0x1, 0x3, 0x7, 0x0, 0x9, 0x2, 0xa7, 0x1, 0x8, 0x2, 0xce, 0x4, 0xa5, 0x1, 0x3, 0x4, 0x0, 0x2,
 			0x2, 0x6, 0x4, 0xa4, 0x0, 0x3, 0x4, 0x1, 0xa, 0x1, 0x4, 0x1, 0x0, 0x4, 0x7, 0x2, 0x0, 0x2, 0x2),
+		// A queue paced at 750 ms with a bound of 1.5 s, idle: the first
+		// in line's slot falls on the stall's time, a float's rounding
+		// below the pace clock's reading, and the next, rechecking at
+		// that instant, went at the stall ahead of it (found by drawing
+		// inputs toward GitHub-style quotas, then cut down).
+		b(0x2, 0x1, 0x1, 0x4, 0x83, 0x0, 0x5, 0x4, 0x4, 0xa, 0x5, 0x2, 0x71, 0xb0, 0x4, 0xab, 0x0, 0x3, 0x3, 0x2,
+			0xf7, 0x2, 0x3c, 0x6, 0x0, 0x2, 0x0, 0x1, 0x0, 0x3, 0xcd, 0x0, 0x10, 0x6, 0x0, 0x3, 0x0, 0x4, 0x83, 0x0,
+			0x3, 0x4, 0x0, 0x34, 0x0, 0x0, 0xd, 0x2, 0x6e, 0x1, 0x4, 0xde, 0x0, 0x3, 0x3, 0x0, 0x60, 0x3, 0x5, 0x0,
+			0x1c, 0xe4, 0x4, 0x18, 0x0, 0x3, 0x3, 0x1, 0xdc, 0x3, 0x1, 0x0, 0xc, 0x3, 0x48, 0x6, 0x0, 0x3, 0x3, 0x2,
+			0x0, 0x1, 0x0, 0x0, 0x1e, 0x3, 0xdc, 0x0, 0x11, 0x3, 0x59, 0x1, 0x1, 0x1, 0x4, 0xa1, 0x0, 0x3, 0x4, 0x3,
+			0x36, 0x0, 0x4, 0xc9, 0x1, 0x2, 0x5, 0x2, 0xb6, 0xb8, 0x3, 0x1, 0x4, 0x4, 0x3, 0x1, 0x4, 0x0, 0x36, 0x3,
+			0x5, 0x1, 0x1, 0x4, 0x94, 0x0, 0x3, 0x3, 0x3, 0xc, 0x1, 0x3, 0x1, 0x4, 0xd7, 0x0, 0x0, 0x3, 0x0, 0xb3,
+			0x1, 0x5, 0x0, 0x14, 0x4, 0xee, 0x0, 0x3, 0x4, 0x3, 0xc0, 0x0, 0x3, 0x1),
 	}
 }
 
@@ -306,7 +325,13 @@ func runPacerFuzz(t *testing.T, data []byte) {
 			}
 			q.w = nil
 		}
+		busyAt, reading := u.busyAt, u.slotsAt(now) // before a stall moves the pace clock on
 		at, quick, again := u.recheck(now, &q.t, 0)
+		if !again && at.IsZero() && !u.busyAt.Equal(busyAt) { // it went by the stall rule
+			if msg := stallJump(u, queue, i, reading); msg != "" {
+				fail("%s", msg)
+			}
+		}
 		if again {
 			u.unbook(now, q.t) // as the transport does (see scheduleOnce)
 			nq := schedule()
@@ -396,6 +421,9 @@ func runPacerFuzz(t *testing.T, data []byte) {
 			fail("%s", msg)
 		}
 		if msg := checkProgress(u, queue, busy, now); msg != "" {
+			fail("%s", msg)
+		}
+		if msg := checkBooked(u, queue, now); msg != "" {
 			fail("%s", msg)
 		}
 	}
@@ -498,6 +526,55 @@ func checkProgress(u *upstream, queue []*fuzzRequest, busy, now time.Time) strin
 	if soon.After(later(limit, now).Add(u.interval)) { // an interval past now: told to wait a slot's rounding
 		return fmt.Sprintf("nothing in flight since +%v, and the first of %d requests queued on the pace wakes at +%v, past the bound %v and two intervals of %v from then (or from the end of a hold, +%v)",
 			busy.Sub(testStart), len(queue), soon.Sub(testStart), u.bound, u.interval, u.hold.end.Sub(testStart))
+	}
+	return ""
+}
+
+// checkBooked returns what is wrong with the pacer's booked set, or "": it
+// must hold exactly the slots the queued requests hold on the current pace
+// clock, and hold every paced slot still ahead of now (the queue's front is
+// read from it: a slot missing is a request the stall rule cannot see).
+func checkBooked(u *upstream, queue []*fuzzRequest, now time.Time) string {
+	var held []float64
+	for _, q := range queue {
+		if q.w != nil {
+			if tn := q.w.turn; tn.listed && tn.clockID == u.booked.clock {
+				held = append(held, tn.v) // given by the probe's answer, not claimed yet
+			}
+			continue
+		}
+		if q.t.listed && q.t.clockID == u.booked.clock {
+			held = append(held, q.t.v)
+		}
+		if q.t.paced && !q.t.listed && u.interval > 0 && q.t.clockID == u.clockID && q.t.v > u.slotsAt(now)+1e-9 {
+			return fmt.Sprintf("request #%d holds slot %g, ahead of now (%g), but it is not in the booked set", q.id, q.t.v, u.slotsAt(now))
+		}
+	}
+	sort.Float64s(held)
+	if fmt.Sprint(held) != fmt.Sprint(u.booked.v) {
+		return fmt.Sprintf("the booked set is %v; the queue holds %v", u.booked.v, held)
+	}
+	return ""
+}
+
+// stallJump returns what is wrong when the i-th queued request has just
+// gone by the stall rule, alone, on the slot it holds: another request
+// holds an earlier slot that was not yet due (reading is the pace clock
+// before it went), and had to go first. "" if none does.
+func stallJump(u *upstream, queue []*fuzzRequest, i int, reading float64) string {
+	q := queue[i]
+	if !q.t.paced || q.t.clockID != u.clockID {
+		return "" // not on the pace: no place in line
+	}
+	for _, o := range queue {
+		// A slot due by more than a float's rounding is a request the
+		// harness has not rechecked yet; in a transport it would have
+		// woken and gone by now.
+		due := o.t.v < reading-1e-9
+		if o != q && o.w == nil && o.t.listed && o.t.clockID == u.clockID && o.t.v < q.t.v && !due {
+			return fmt.Sprintf("request #%d (slot %g) went at the stall ahead of #%d (slot %g); the pace clock read %g",
+				q.id, q.t.v, o.id, o.t.v, reading)
+		}
 	}
 	return ""
 }

@@ -189,3 +189,99 @@ func TestARequestThatGivesUpGivesBackTheSlotItWasLastBooked(t *testing.T) {
 	assert.Less(t, u.tatV, 21.0, "the slot after the hold is given back")
 	assert.Empty(t, u.booked.v, "and no longer counted as held")
 }
+
+func TestALateWakerKeepsItsPlaceAtAStall(t *testing.T) {
+	// The first in line's slot came just before the stall, and it has not
+	// taken the lock yet (its timer fired late on a loaded machine); the
+	// second, woken at the stall (by an answer or a give-up), must not go
+	// ahead of it, as it did when only slots still ahead of now counted as
+	// the queue (the fuzzer found it with a slot a float's rounding below
+	// now).
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	now := testStart
+	u.setPace(now, 100*time.Millisecond)
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+	p.observe(now, RateLimits{}, 0, false, true)
+	u.tatV = u.slotsAt(now) + 10.5
+	first, _, _ := u.schedule(now, 0)
+	second, _, _ := u.schedule(now, 0)
+	stall := now.Add(u.bound + u.interval)
+	require.Equal(t, now.Add(1050*time.Millisecond), first.at)
+
+	now = stall
+	at, _, _ := u.recheck(now, &second, 0)
+	assert.Equal(t, testStart.Add(1150*time.Millisecond), at, "the first in line is due, not gone: the second waits for its own slot")
+	at, _, _ = u.recheck(now, &first, 0)
+	assert.True(t, at.IsZero(), "the first, waking late, goes")
+}
+
+func TestARequestGoingAtAStallSpendsTheModelsUnit(t *testing.T) {
+	// Two requests due, rechecking at the stall (late), with the model of
+	// a coarse count holding one unit then: the first goes by the stall
+	// rule, and must spend that unit, or the second takes it too and two
+	// go where the rule sends one.
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	now := testStart
+	u.setPace(now, 100*time.Millisecond)
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+	p.observe(now, RateLimits{}, 0, false, true)
+	first, _, _ := u.schedule(now, 0)
+	second, _, _ := u.schedule(now, 0)
+	u.coarse, u.proven, u.pacer.limit = true, 1, 10
+	u.latest = reading{at: now, remaining: 1, sent: u.sent}
+
+	now = now.Add(u.bound + u.interval)
+	require.Equal(t, now, u.stalledAt())
+	at, _, _ := u.recheck(now, &first, 0)
+	require.True(t, at.IsZero(), "the first goes at the stall")
+	at, _, _ = u.recheck(now, &second, 0)
+	assert.True(t, at.After(now), "the second, before the first is sent, finds the model's one unit spent")
+}
+
+func TestAnAttemptThatNeverWentWakesAQueueBookedPastTheBound(t *testing.T) {
+	// An attempt let go, then given up before it was sent (it waited for
+	// a concurrency slot, say): it was the last one out, and no answer
+	// will come to wake the queue. The stall counts from when it was let
+	// go, the last time the upstream sent anything as far as it knows.
+	u, turns := stalledQueue(t)
+	sent := testStart.Add(100 * time.Millisecond)
+	p := pass{u: u, at: sent}
+	u.dispatch(&p)
+	at, quicker, _ := u.recheck(sent, &turns[0], 0)
+	require.Equal(t, turns[0].at, at, "an attempt out: the first in line waits for its slot")
+
+	now := sent.Add(100 * time.Millisecond)
+	p.abandon(now)
+	select {
+	case <-quicker:
+	default:
+		t.Fatal("nothing is out now, and the first slot lies past the bound: the queue is woken")
+	}
+	at, _, _ = u.recheck(now, &turns[0], 0)
+	assert.Equal(t, sent.Add(u.bound+u.interval), at, "the first in line wakes at the bound from the attempt let go")
+}
+
+func TestAnAnswerOnAFreeUpstreamWakesAQueueBookedPastTheBound(t *testing.T) {
+	// The last attempt out came back when the upstream was free (nothing
+	// to learn from it): it is still the last answer, and the queue must
+	// not sleep past the bound from it.
+	u, turns := stalledQueue(t)
+	p := pass{u: u, at: testStart}
+	u.dispatch(&p)
+	at, quicker, _ := u.recheck(testStart, &turns[0], 0)
+	require.Equal(t, turns[0].at, at)
+
+	now := testStart.Add(300 * time.Millisecond)
+	p.answeredFree(now)
+	select {
+	case <-quicker:
+	default:
+		t.Fatal("nothing is out now, and the first slot lies past the bound: the queue is woken")
+	}
+	at, _, _ = u.recheck(now, &turns[0], 0)
+	assert.Equal(t, now.Add(u.bound+u.interval), at, "the first in line wakes at the bound from that answer")
+}

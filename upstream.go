@@ -256,7 +256,7 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		}
 	}
 	stalled := u.stalledAt()
-	if t.paced && !stalled.IsZero() && at.After(stalled) && u.first(now, *t) {
+	if t.paced && !stalled.IsZero() && at.After(stalled) && u.first(*t) {
 		if stalled.After(now) {
 			at = stalled // wake then, to go if the upstream is still idle
 		} else {
@@ -278,9 +278,11 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 	}
 	if !stalled.IsZero() && !now.Before(stalled) {
 		// Idle for the bound: it goes, whatever the model of the
-		// server's count says, and alone (as good as sent, so that no
-		// other request goes for the same stall).
+		// server's count says, and alone: as good as sent, so that no
+		// other request goes for the same stall, and spending a unit of
+		// the model's count, so that none goes on the unit it may hold.
 		u.busyAt = now
+		u.clearOne(now)
 	} else if short := u.shortfall(now, u.sent-u.replies); short > 0 {
 		if wake := now.Add(short); !stalled.IsZero() && wake.After(stalled) {
 			return stalled, nil, false // the model's wait is bounded too
@@ -332,12 +334,12 @@ func (u *upstream) stalledAt() time.Time {
 // recheck). It is called when the last attempt out is answered, and when a
 // request gives up (it may have been first in line). A healthy pace never
 // wakes anyone here: its next slot is within an interval.
-func (u *upstream) wakeIfStalling(now time.Time) {
+func (u *upstream) wakeIfStalling() {
 	stalled := u.stalledAt()
 	if stalled.IsZero() || u.interval <= 0 {
 		return
 	}
-	if front, ok := u.booked.front(u.clockID, u.slotsAt(now)); ok && u.timeOf(front).After(stalled) {
+	if front, ok := u.booked.front(u.clockID); ok && u.timeOf(front).After(stalled) {
 		u.quicker.fire()
 	}
 }
@@ -351,13 +353,13 @@ func (u *upstream) unbook(now time.Time, t turn) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	first := t.listed && u.first(now, t)
+	first := t.listed && u.first(t)
 	u.unlist(&t)
 	if t.paced && u.interval > 0 && t.clockID == u.clockID && u.tatV == t.v+1 {
 		u.tatV = t.v
 	}
 	if first {
-		u.wakeIfStalling(now) // the next in line may have to wake for a stall; others need not
+		u.wakeIfStalling() // the next in line may have to wake for a stall; others need not
 	}
 }
 
@@ -455,7 +457,7 @@ func (p pass) abandon(now time.Time) {
 		p.u.replies++
 		p.u.lost(p.sent)
 		p.u.start.ramp.answered(now, p.u.replies, p.u.sent)
-		p.u.wakeIfStalling(now)
+		p.u.wakeIfStalling()
 	}
 	if p.probe {
 		p.u.openLocked(now, false)
@@ -476,7 +478,7 @@ func (p pass) answeredFree(now time.Time) {
 	p.u.replies++
 	p.u.busyAt = later(p.u.busyAt, now)
 	p.u.start.ramp.answered(now, p.u.replies, p.u.sent)
-	p.u.wakeIfStalling(now)
+	p.u.wakeIfStalling()
 	p.u.mu.Unlock()
 }
 
@@ -564,7 +566,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if u.lateResets && !u.toldLate {
 		u.toldLate, late = true, true
 	}
-	u.wakeIfStalling(now)
+	u.wakeIfStalling()
 	return held, paceOff, late, throttled && u.spreadsRetries()
 }
 
