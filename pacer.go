@@ -804,7 +804,7 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine b
 
 // observe starts the observed mode: at the pace's rate, or without one at
 // the rate the server accepted over the last second (at least one a
-// second); already observing, it does nothing.
+// second, and two a bound); already observing, it does nothing.
 func (p *pacer) observe(now time.Time) {
 	if p.mode == paceObserved {
 		return
@@ -814,6 +814,13 @@ func (p *pacer) observe(now time.Time) {
 	p.climb = climbSteps{base: p.sent}
 	if p.rate == 0 { // from a pace, its rate is where observing starts
 		p.rate = max(p.accepts.perSecond(now), 1)
+		if p.bound > 0 {
+			// A pace of one a bound is taken for a poisoned one
+			// (upstream.poisoned): forgotten, held and probed
+			// again, for good. With a bound of a second, a bucket
+			// of one at 5 a second went one a second.
+			p.rate = max(p.rate, 2/p.bound.Seconds())
+		}
 	}
 	p.since0 = p.rate
 	p.setPace(now, p.paceOf(p.rate))

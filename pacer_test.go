@@ -785,3 +785,14 @@ func TestAResetDatedAfterALongAnswerProvesNoMoreThanTheRate(t *testing.T) {
 	p.learn(now, readRateLimits(h, now, c.serverNow(h, now)), 1)
 	assert.LessOrEqual(t, p.proven, rate, "the proven rate, per second")
 }
+
+func TestTheObservedPaceStartsFasterThanOneABound(t *testing.T) {
+	// One a bound is what upstream.poisoned takes for a poisoned pace: a
+	// pace the observed mode starts at must not be that.
+	for _, bound := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, time.Minute} {
+		p := &pacer{bound: bound}
+		p.observe(testStart)
+		assert.Less(t, p.interval, bound, "bound %v", bound)
+		assert.GreaterOrEqual(t, p.rate, 1.0, "at least one a second, bound %v", bound)
+	}
+}

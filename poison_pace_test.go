@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryhttp/retryhttp/retrytest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -154,4 +155,27 @@ func TestPoisonedPaceShrinkingCapacityLeavesNoDebt(t *testing.T) {
 	pass{u: u}.observe(now, ParseRateLimits(openAIHeaders(3, 2, "1s"), now), 0, false, true)
 	tn, _, _ := u.schedule(now, 0)
 	assert.LessOrEqual(t, tn.at.Sub(now), u.interval, "2 of 3 left; the turn is %v away (interval %v)", tn.at.Sub(now), u.interval)
+}
+
+func TestAShortBoundKeepsABucketOfOnePaced(t *testing.T) {
+	// A bucket of one at 5 a second whose resets come in whole seconds
+	// is paced by its 429s and successes (the observed mode), which began
+	// at one a second. With WithMaxRetryAfter(time.Second) that pace was
+	// one a bound, taken for a poisoned one: forgotten, held for the bound
+	// and probed again, so every request waited a second (5x the ideal).
+	// (The queue may wait a minute: by default it may wait only as long
+	// as the bound, and 20 callers queue for 4 s.)
+	for _, family := range []string{"anthropic", "github-bucket"} {
+		for _, rounding := range []retrytest.Rounding{retrytest.RoundDown, retrytest.RoundNearest, retrytest.RoundUp} {
+			w := world{family: family, rounding: rounding, retryAfter: retrytest.RetryAfterSeconds, load: workloads[2]}
+			t.Run(w.String(), func(t *testing.T) {
+				got := runWorld(t, w, func(base http.RoundTripper) http.RoundTripper {
+					return New(base, WithMaxRetryAfter(time.Second), WithMaxQueueWait(time.Minute))
+				})
+				ratio := float64(got.wall) / float64(w.ideal())
+				assert.Zero(t, got.failed, "%q", got.errs)
+				assert.LessOrEqual(t, ratio, 1.5, "wall %v, ideal %v", got.wall, w.ideal())
+			})
+		}
+	}
 }
