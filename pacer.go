@@ -386,6 +386,23 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 	}
 }
 
+// newQueue starts a new pace clock at now, at the same pace, with nothing
+// booked on it: the turns booked on the old one are void (the upstream went
+// cold for a new probe, see upstream.reprobeIfDue), and their requests book
+// again after the probe. Kept, the old clock's end would book them behind
+// the slots they had held, which nobody holds now: with a bound of a
+// second, 19 requests paced at 2 a second were booked 10 s out, and the
+// queue waited for the stall rule.
+func (p *pacer) newQueue(now time.Time) {
+	if p.interval <= 0 {
+		return
+	}
+	// The probe goes now, on the new clock's first slot; the queue
+	// books behind it.
+	p.anchorAt, p.anchorV, p.tatV, p.synced = now, 0, 1, 0 // synced: its count set a clock no longer kept
+	p.clockID++
+}
+
 // shortfall is how long until a coarse bucket surely holds a unit beyond
 // the headroom for one more attempt, by the latest reading, the attempts
 // sent since (less those the server refused) and the refill rate proven so

@@ -285,3 +285,38 @@ func TestAnAnswerOnAFreeUpstreamWakesAQueueBookedPastTheBound(t *testing.T) {
 	at, _, _ = u.recheck(now, &turns[0], 0)
 	assert.Equal(t, now.Add(u.bound+u.interval), at, "the first in line wakes at the bound from that answer")
 }
+
+func TestANewProbeStartsTheQueueAfresh(t *testing.T) {
+	// A hold cut to the bound ends in a new probe, and the turns booked
+	// before it are void: their requests book again behind the probe.
+	// They must not book behind the slots they held on the old pace
+	// clock, which nobody holds now (with a bound of a second and a pace
+	// of 2 a second, 19 requests were booked 10 s out and waited for the
+	// stall rule).
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	now := testStart
+	u.setPace(now, 500*time.Millisecond)
+	var void []turn
+	for range 10 {
+		tn, _, _ := u.schedule(now, 0)
+		void = append(void, tn)
+	}
+	u.holdUntil(now, now.Add(time.Hour), false)
+	now = now.Add(u.bound)
+	sent := now
+	pp, ws := probeAndQueue(t, u, now, 3)
+	for i := range void {
+		_, _, again := u.recheck(now, &void[i], 0)
+		require.True(t, again, "a turn booked before the new probe is void")
+		u.unbook(now, void[i])
+	}
+
+	now = now.Add(20 * time.Millisecond)
+	pp.observe(now, RateLimits{}, 0, false, true)
+	for i, w := range ws {
+		tn := u.claim(w)
+		assert.Equal(t, sent.Add(time.Duration(i+1)*u.interval), tn.at,
+			"waiter %d: the queue books behind the probe, an interval apart", i)
+	}
+}

@@ -150,7 +150,9 @@ func (u *upstream) reprobeIfDue(now time.Time) {
 	u.start.cool()
 	if u.poisoned() {
 		u.forget(now) // the probe's answer teaches the pace again
+		return
 	}
+	u.newQueue(now) // the turns booked are void: their requests book again
 }
 
 // poisoned reports a pace at the bound: one attempt per WithMaxRetryAfter
