@@ -821,7 +821,7 @@ func (p *pacer) throttled(now time.Time, stated bool, hint time.Duration, fine b
 
 // observe starts the observed mode: at the pace's rate, or without one at
 // the rate the server accepted over the last second (at least one a
-// second, and two a bound); already observing, it does nothing.
+// second, and just over one a bound); already observing, it does nothing.
 func (p *pacer) observe(now time.Time) {
 	if p.mode == paceObserved {
 		return
@@ -836,7 +836,7 @@ func (p *pacer) observe(now time.Time) {
 			// (upstream.poisoned): forgotten, held and probed
 			// again, for good. With a bound of a second, a bucket
 			// of one at 5 a second went one a second.
-			p.rate = max(p.rate, 2/p.bound.Seconds())
+			p.rate = max(p.rate, 1.1/p.bound.Seconds())
 		}
 	}
 	p.since0 = p.rate

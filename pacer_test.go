@@ -794,5 +794,11 @@ func TestTheObservedPaceStartsFasterThanOneABound(t *testing.T) {
 		p.observe(testStart)
 		assert.Less(t, p.interval, bound, "bound %v", bound)
 		assert.GreaterOrEqual(t, p.rate, 1.0, "at least one a second, bound %v", bound)
+		if bound >= 1100*time.Millisecond {
+			assert.Equal(t, 1.0, p.rate, "one a second is not poisoned by a bound of %v: kept", bound)
+		}
 	}
+	p := &pacer{} // no bound
+	p.observe(testStart)
+	assert.Equal(t, 1.0, p.rate, "no bound: one a second")
 }

@@ -320,3 +320,29 @@ func TestANewProbeStartsTheQueueAfresh(t *testing.T) {
 			"waiter %d: the queue books behind the probe, an interval apart", i)
 	}
 }
+
+func TestARequestGoingAtAStallSpendsTheObservedSpacing(t *testing.T) {
+	// As TestARequestGoingAtAStallSpendsTheModelsUnit, on a header-less
+	// upstream paced by what it accepts: the one that goes at the stall
+	// starts the spacing, so the second waits an interval, as it does
+	// with no stall rule (a pair at a bucket of one draws a 429).
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	now := testStart
+	u.pacer.observe(now)
+	require.Equal(t, paceObserved, u.mode)
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+	u.wentAt = now
+	p.observe(now, RateLimits{}, 0, false, true)
+	first, _, _ := u.schedule(now, 0)
+	second, _, _ := u.schedule(now, 0)
+	require.True(t, first.paced && second.paced)
+
+	now = now.Add(u.bound + u.interval) // both woke late, at the stall
+	require.Equal(t, now, u.stalledAt())
+	at, _, _ := u.recheck(now, &first, 0)
+	require.True(t, at.IsZero(), "the first goes at the stall")
+	at, _, _ = u.recheck(now, &second, 0)
+	assert.True(t, at.After(now), "the second, before the first is sent, waits an interval")
+}

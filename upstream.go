@@ -285,6 +285,7 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		// the model's count, so that none goes on the unit it may hold.
 		u.busyAt = now
 		u.clearOne(now)
+		u.wentAt = now // and the observed mode's spacing
 	} else if short := u.shortfall(now, u.sent-u.replies); short > 0 {
 		if wake := now.Add(short); !stalled.IsZero() && wake.After(stalled) {
 			return stalled, nil, false // the model's wait is bounded too
