@@ -306,11 +306,12 @@ func (p *pacer) first(t turn) bool {
 }
 
 // catchUp moves the pace clock on, at now, so that v, the first slot in
-// line (see first), comes an interval from now, if it lies further out. The upstream calls it when its queue waits with nothing in
-// flight and nothing sent for the bound (see upstream.stalledAt): what a
-// server said (a count read while attempts were out, a reading older than
-// others) booked the queue behind slots nobody holds, and the answer to
-// the attempt that goes now, alone, decides. Every booked slot moves by the
+// line (see first), comes an interval from now, if it lies further out.
+// The upstream calls it when its queue waits with nothing in flight and
+// nothing sent for the bound (see upstream.stalledAt): what a server said
+// (a count read while attempts were out, a reading older than others)
+// booked the queue behind slots nobody holds, and the answer to the
+// attempt that goes now, alone, decides. Every booked slot moves by the
 // same number of slots, so the queue keeps its order and spacing and a new
 // request still books behind it (pulling back only the clock's end, not the
 // queue, let new requests take the queue's slots: 148 of 800 requests drew
@@ -373,8 +374,7 @@ func (p *pacer) setPace(now time.Time, interval time.Duration) {
 		}
 		p.anchorV = p.slotsAt(at)
 	default:
-		p.anchorV, p.tatV, p.synced = 0, 0, 0 // synced: its count set a clock no longer kept
-		p.clockID++                           // a new pace clock: slots booked on an old one mean nothing on it
+		p.newClock(at)
 		// What was sent before the pace began (slow start's burst) says
 		// nothing of the pace: its answers do not cut it (see cut). A cut
 		// from them would hold a first guess down for good.
@@ -397,9 +397,14 @@ func (p *pacer) newQueue(now time.Time) {
 	if p.interval <= 0 {
 		return
 	}
-	// The probe goes now, on the new clock's first slot; the queue
-	// books behind it.
-	p.anchorAt, p.anchorV, p.tatV, p.synced = now, 0, 1, 0 // synced: its count set a clock no longer kept
+	p.newClock(now)
+	p.tatV = 1 // the probe goes now, on the new clock's first slot; the queue books behind it
+}
+
+// newClock starts a new pace clock at now with nothing booked on it: slots
+// booked on an old one mean nothing on it.
+func (p *pacer) newClock(now time.Time) {
+	p.anchorAt, p.anchorV, p.tatV, p.synced = now, 0, 0, 0 // synced: its count set a clock no longer kept
 	p.clockID++
 }
 

@@ -11,19 +11,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// idleUpstream is an upstream paced at 10 a second with a bound of a
+// second, whose one attempt was answered at testStart: nothing in flight.
+func idleUpstream() *upstream {
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	u.setPace(testStart, 100*time.Millisecond)
+	answerOne(u, testStart)
+	return u
+}
+
+// answerOne sends one attempt at now and answers it at once, with nothing
+// to learn.
+func answerOne(u *upstream, now time.Time) {
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+	p.observe(now, RateLimits{}, 0, false, true)
+}
+
 // stalledQueue is an upstream paced at 10 a second with a bound of a
 // second, whose one attempt was answered at testStart, and whose pace clock
 // a count read while attempts were out pushed 3 s ahead: slots nobody
 // holds. Three requests then book behind them, at testStart.
 func stalledQueue(t *testing.T) (u *upstream, turns []turn) {
 	t.Helper()
-	u = &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
-	u.bound = time.Second
+	u = idleUpstream()
 	now := testStart
-	u.setPace(now, 100*time.Millisecond)
-	p := pass{u: u, at: now}
-	u.dispatch(&p)
-	p.observe(now, RateLimits{}, 0, false, true)
 	u.tatV = u.slotsAt(now) + 30
 	for i := 0; i < 3; i++ {
 		tn, w, _ := u.schedule(now, 0)
@@ -197,13 +210,8 @@ func TestALateWakerKeepsItsPlaceAtAStall(t *testing.T) {
 	// ahead of it, as it did when only slots still ahead of now counted as
 	// the queue (the fuzzer found it with a slot a float's rounding below
 	// now).
-	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
-	u.bound = time.Second
+	u := idleUpstream()
 	now := testStart
-	u.setPace(now, 100*time.Millisecond)
-	p := pass{u: u, at: now}
-	u.dispatch(&p)
-	p.observe(now, RateLimits{}, 0, false, true)
 	u.tatV = u.slotsAt(now) + 10.5
 	first, _, _ := u.schedule(now, 0)
 	second, _, _ := u.schedule(now, 0)
@@ -222,13 +230,8 @@ func TestARequestGoingAtAStallSpendsTheModelsUnit(t *testing.T) {
 	// a coarse count holding one unit then: the first goes by the stall
 	// rule, and must spend that unit, or the second takes it too and two
 	// go where the rule sends one.
-	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
-	u.bound = time.Second
+	u := idleUpstream()
 	now := testStart
-	u.setPace(now, 100*time.Millisecond)
-	p := pass{u: u, at: now}
-	u.dispatch(&p)
-	p.observe(now, RateLimits{}, 0, false, true)
 	first, _, _ := u.schedule(now, 0)
 	second, _, _ := u.schedule(now, 0)
 	u.coarse, u.proven, u.pacer.limit = true, 1, 10
@@ -331,10 +334,8 @@ func TestARequestGoingAtAStallSpendsTheObservedSpacing(t *testing.T) {
 	now := testStart
 	u.pacer.observe(now)
 	require.Equal(t, paceObserved, u.mode)
-	p := pass{u: u, at: now}
-	u.dispatch(&p)
 	u.wentAt = now
-	p.observe(now, RateLimits{}, 0, false, true)
+	answerOne(u, now)
 	first, _, _ := u.schedule(now, 0)
 	second, _, _ := u.schedule(now, 0)
 	require.True(t, first.paced && second.paced)
