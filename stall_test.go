@@ -347,3 +347,43 @@ func TestARequestGoingAtAStallSpendsTheObservedSpacing(t *testing.T) {
 	at, _, _ = u.recheck(now, &second, 0)
 	assert.True(t, at.After(now), "the second, before the first is sent, waits an interval")
 }
+
+// Extra wakes cost every sleeper a recheck under the lock: an answer on a
+// healthy queue, or a give-up behind the first in line, must not wake it.
+func TestAHealthyQueueIsNotWokenByAnAnswerOrAGiveUpBehindTheFirst(t *testing.T) {
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	now := testStart
+	u.setPace(now, 100*time.Millisecond)
+	p := pass{u: u, at: now}
+	u.dispatch(&p)
+	var turns []turn
+	for i := 0; i < 3; i++ {
+		tn, _, _ := u.schedule(now, 0)
+		turns = append(turns, tn)
+	}
+	_, quicker, _ := u.recheck(now, &turns[2], 0)
+	require.NotNil(t, quicker)
+
+	p.observe(now.Add(10*time.Millisecond), RateLimits{}, 0, false, true)
+	assertNotFired(t, quicker, "an answer woke a queue whose front is on time")
+	u.unbook(now.Add(20*time.Millisecond), turns[1])
+	assertNotFired(t, quicker, "a give-up behind the first woke a queue whose front is on time")
+}
+
+func TestAGiveUpBehindTheFirstDoesNotWakeAStalledQueue(t *testing.T) {
+	u, turns := stalledQueue(t)
+	_, quicker, _ := u.recheck(testStart, &turns[2], 0)
+	require.NotNil(t, quicker)
+	u.unbook(testStart.Add(10*time.Millisecond), turns[1])
+	assertNotFired(t, quicker, "a give-up behind the first woke the whole queue: only the first goes at a stall")
+}
+
+func assertNotFired(t *testing.T, c <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-c:
+		t.Fatal(msg)
+	default:
+	}
+}
