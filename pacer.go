@@ -401,6 +401,17 @@ func (p *pacer) newQueue(now time.Time) {
 	p.tatV = 1 // the probe goes now, on the new clock's first slot; the queue books behind it
 }
 
+// probeSent books the slot a probe took, sent at at: a probe goes at its
+// own time, not on the pace, and may go later than the reprobe that
+// started the clock (it waited out a shorter hold taken meanwhile, or a
+// concurrency slot). The queue behind it books an interval after it, not
+// after the reprobe: a bucket of one refuses the pair.
+func (p *pacer) probeSent(at time.Time) {
+	if p.interval > 0 && !at.IsZero() {
+		p.tatV = max(p.tatV, p.slotsAt(at)+1)
+	}
+}
+
 // newClock starts a new pace clock at now with nothing booked on it: slots
 // booked on an old one mean nothing on it.
 func (p *pacer) newClock(now time.Time) {

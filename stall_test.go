@@ -387,3 +387,53 @@ func assertNotFired(t *testing.T, c <-chan struct{}, msg string) {
 	default:
 	}
 }
+
+// A probe can go later than the reprobe that started its clock: it waits
+// out a shorter hold taken meanwhile, or a concurrency slot. The queue
+// behind it books an interval after the probe was sent, not after the
+// reprobe (a bucket of one refuses the pair).
+func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
+	t.Run("a hold taken meanwhile", func(t *testing.T) {
+		u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+		u.bound = time.Second
+		now := testStart
+		u.setPace(now, 500*time.Millisecond)
+		u.holdUntil(now, now.Add(time.Hour), false) // cut to the bound: a probe at +1 s
+		require.Equal(t, now.Add(time.Second), u.hold.reprobeAt)
+		// An attempt out before the cut is refused, Retry-After 0.9 s.
+		u.holdUntil(now.Add(500*time.Millisecond), now.Add(1400*time.Millisecond), false)
+
+		now = testStart.Add(time.Second)
+		pt, w, pp := u.schedule(now, 0)
+		require.Nil(t, w)
+		require.True(t, pp.probe)
+		require.Equal(t, testStart.Add(1400*time.Millisecond), pt.at, "the probe waits out the 429's hold")
+		_, w1, _ := u.schedule(now, 0)
+		require.NotNil(t, w1)
+
+		now = pt.at
+		goNow(t, u, now, &pt, &pp)
+		sent := now
+		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
+		assert.Equal(t, sent.Add(u.interval), u.claim(w1).at)
+	})
+	t.Run("a slot waited for after its turn", func(t *testing.T) {
+		u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+		u.bound = time.Second
+		now := testStart
+		u.setPace(now, 500*time.Millisecond)
+		u.holdUntil(now, now.Add(time.Hour), false)
+		now = u.hold.reprobeAt
+		pt, _, pp := u.schedule(now, 0)
+		require.True(t, pp.probe)
+		_, w1, _ := u.schedule(now, 0)
+		at, _, _ := u.recheck(now, &pt, 0)
+		require.True(t, at.IsZero())
+
+		now = now.Add(400 * time.Millisecond)
+		pp.at = now
+		u.dispatch(&pp)
+		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
+		assert.Equal(t, now.Add(u.interval), u.claim(w1).at)
+	})
+}

@@ -189,6 +189,9 @@ func (u *upstream) dispatch(p *pass) {
 	u.mu.Lock()
 	u.sentOne()
 	p.sent = u.sent
+	if p.probe {
+		u.probeSent(p.at)
+	}
 	u.busyAt = later(u.busyAt, p.at)
 	u.start.ramp.sending(p.at, u.sent)
 	u.mu.Unlock()
