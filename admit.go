@@ -98,6 +98,7 @@ func (c *call) admitSlow(a *admission, u *upstream) error {
 		}
 	}
 	a.hasSlot = t.slots != nil
+	a.pass.leftAt(t.cfg.clock.Now())
 	if a.limit.sample {
 		a.limit.sentAt = time.Now() // real time: see awaitLimit
 	}

@@ -417,7 +417,7 @@ func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
 		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
 		assert.Equal(t, sent.Add(u.interval), u.claim(w1).at)
 	})
-	t.Run("a slot waited for after its turn", func(t *testing.T) {
+	t.Run("a client-side limit waited for after its turn", func(t *testing.T) {
 		u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
 		u.bound = time.Second
 		now := testStart
@@ -436,4 +436,42 @@ func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
 		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
 		assert.Equal(t, now.Add(u.interval), u.claim(w1).at)
 	})
+	t.Run("a concurrency slot waited for after it was numbered", func(t *testing.T) {
+		// admitSlow numbers the attempt (dispatch), then waits for the
+		// breaker, the adaptive limit and WithMaxConcurrency.
+		u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+		u.bound = time.Second
+		now := testStart
+		u.setPace(now, 500*time.Millisecond)
+		u.holdUntil(now, now.Add(time.Hour), false)
+		now = u.hold.reprobeAt
+		pt, _, pp := u.schedule(now, 0)
+		require.True(t, pp.probe)
+		_, w1, _ := u.schedule(now, 0)
+		goNow(t, u, now, &pt, &pp)
+
+		now = now.Add(400 * time.Millisecond)
+		pp.leftAt(now)
+		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
+		assert.Equal(t, now.Add(u.interval), u.claim(w1).at)
+	})
+}
+
+func TestOnlyAProbeBooksASlotAtItsSend(t *testing.T) {
+	// A paced turn that goes after its slot (it waited out a hold that
+	// ends before its next slot, so it keeps its slot) does not push the
+	// pace clock: the next request books on the slot after, not an
+	// interval after the late send (each turn would drift the pace).
+	u := idleUpstream()
+	now := testStart
+	tn, w, p := u.schedule(now, 0)
+	require.Nil(t, w)
+	v := tn.v
+	u.holdUntil(now, now.Add(tn.at.Sub(now)+60*time.Millisecond), true) // ends before v+1
+	at, _, _ := u.recheck(now, &tn, 0)
+	require.Equal(t, u.hold.end, at)
+	now = at
+	goNow(t, u, now, &tn, &p)
+	p.leftAt(now.Add(10 * time.Millisecond))
+	assert.Equal(t, v+1, u.book(now).v)
 }

@@ -197,6 +197,19 @@ func (u *upstream) dispatch(p *pass) {
 	u.mu.Unlock()
 }
 
+// leftAt tells a probe's upstream when the probe left: later than
+// dispatch numbered it when it waited for the breaker, the adaptive limit
+// or a concurrency slot after that. The queue behind it books an interval
+// after it (see pacer.probeSent). Other attempts keep the slots they had.
+func (p *pass) leftAt(now time.Time) {
+	if !p.probe || p.u == nil || !now.After(p.at) {
+		return
+	}
+	p.u.mu.Lock()
+	p.u.probeSent(now)
+	p.u.mu.Unlock()
+}
+
 // firmAt is the turn's time if it is firm (see turn.firm), else the end of
 // the hold it waits out (zero if none).
 func (t turn) firmAt() time.Time {
