@@ -398,14 +398,15 @@ func (p *pacer) newQueue(now time.Time) {
 		return
 	}
 	p.newClock(now)
-	p.tatV = 1 // the probe goes now, on the new clock's first slot; the queue books behind it
+	p.tatV = 1 // the probe goes first, on the new clock's first slot (later: see probeSent); the queue books behind it
 }
 
 // probeSent books the slot a probe took, sent at at: a probe goes at its
 // own time, not on the pace, and may go later than the reprobe that
-// started the clock (it waited out a shorter hold taken meanwhile, or a
-// concurrency slot). The queue behind it books an interval after it, not
-// after the reprobe: a bucket of one refuses the pair.
+// started the clock (it waited out a shorter hold taken meanwhile, a
+// client-side limit, or a concurrency slot: see pass.leftAt). The queue
+// behind it books an interval after it, not after the reprobe: a bucket
+// of one refuses the pair.
 func (p *pacer) probeSent(at time.Time) {
 	if p.interval > 0 && !at.IsZero() {
 		p.tatV = max(p.tatV, p.slotsAt(at)+1)
