@@ -1560,12 +1560,15 @@ func (p *pacer) runRate(now time.Time) (rate float64, inRun bool) {
 	return rate, true
 }
 
-// acceptCounter counts successes over about the last second, in ten
-// buckets of a tenth, so the observed mode can tell the rate the server
-// accepted.
+// acceptCounter counts successes over the last second, in buckets of a
+// tenth, so the observed mode can tell the rate the server accepted. It
+// keeps eleven: the newest fills, and the oldest counts by the share of it
+// still within the second (ten alone span 0.9 to 1 s, and read a pace of
+// 4.4 a second as 3 after a 429, cutting it to 0.7x where 95% of what was
+// accepted is the floor).
 type acceptCounter struct {
 	at     time.Time // the start of the newest bucket
-	counts [10]int
+	counts [11]int
 	head   int
 }
 
@@ -1591,14 +1594,20 @@ func (a *acceptCounter) add(now time.Time) {
 	a.counts[a.head]++
 }
 
-// perSecond is the successes of the last second.
+// perSecond is the successes of the last second: the ten newest buckets
+// (the newest still filling) and the share of the oldest that falls
+// within the second.
 func (a *acceptCounter) perSecond(now time.Time) float64 {
 	a.roll(now)
-	n := 0
-	for _, c := range a.counts {
-		n += c
+	n := 0.0
+	oldest := (a.head + 1) % len(a.counts)
+	for i, c := range a.counts {
+		if i != oldest {
+			n += float64(c)
+		}
 	}
-	return float64(n)
+	into := min(float64(now.Sub(a.at))/float64(acceptBucket), 1)
+	return n + float64(a.counts[oldest])*(1-into)
 }
 
 // climbSteps remembers the last steps of the observed mode's first climb:
