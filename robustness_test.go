@@ -398,7 +398,7 @@ func most429(w world) int {
 func gap(w world) string {
 	switch {
 	case w.jitter && w.family == "none":
-		return "answers of 5 to 35 ms with no rate-limit headers: a bucket of one runs 1.26-1.38x with 4 to 6 of 60 " +
+		return "answers of 5 to 35 ms with no rate-limit headers: a bucket of one runs 1.26-1.33x with 4 to 6 of 60 " +
 			"seeing a 429 (the observed pace is cut by the 429s the varying answers bring), and a bucket of 4 whose 429s " +
 			"name milliseconds now and then 1.39x. Larger buckets meet the targets (1.04-1.23x, up to 20 of 500 seeing a " +
 			"429; before the adaptive limit told the answers' spread from a rise, it cut them to 2 in flight: 1.6x). With " +
