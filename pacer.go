@@ -1606,7 +1606,9 @@ func (a *acceptCounter) perSecond(now time.Time) float64 {
 			n += float64(c)
 		}
 	}
-	into := min(float64(now.Sub(a.at))/float64(acceptBucket), 1)
+	// now may come before the newest bucket began: answers take the lock
+	// in any order after reading the clock.
+	into := min(max(float64(now.Sub(a.at))/float64(acceptBucket), 0), 1)
 	return n + float64(a.counts[oldest])*(1-into)
 }
 

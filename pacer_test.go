@@ -829,3 +829,16 @@ func TestTheAcceptedRateCountsTheWholeLastSecond(t *testing.T) {
 	}
 	assert.InDelta(t, 1/every.Seconds(), sum/float64(n), 0.05, "the mean of the readings")
 }
+
+func TestTheAcceptedRateReadBeforeTheNewestSuccessCountsEachOnce(t *testing.T) {
+	// Answers read the clock before they take the upstream's lock, so a
+	// count can be read at a time before the newest bucket began.
+	var a acceptCounter
+	for i := range 11 {
+		a.add(testStart.Add(time.Duration(i) * acceptBucket))
+	}
+	newest := testStart.Add(10 * acceptBucket)
+	for _, back := range []time.Duration{0, 10 * time.Millisecond, acceptBucket} {
+		assert.LessOrEqual(t, a.perSecond(newest.Add(-back)), 11.0, "read %v before the newest success", back)
+	}
+}
