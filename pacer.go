@@ -1599,17 +1599,14 @@ func (a *acceptCounter) add(now time.Time) {
 // within the second.
 func (a *acceptCounter) perSecond(now time.Time) float64 {
 	a.roll(now)
-	n := 0.0
-	oldest := (a.head + 1) % len(a.counts)
-	for i, c := range a.counts {
-		if i != oldest {
-			n += float64(c)
-		}
+	n := 0
+	for _, c := range a.counts {
+		n += c
 	}
 	// now may come before the newest bucket began: answers take the lock
 	// in any order after reading the clock.
 	into := min(max(float64(now.Sub(a.at))/float64(acceptBucket), 0), 1)
-	return n + float64(a.counts[oldest])*(1-into)
+	return float64(n) - float64(a.counts[(a.head+1)%len(a.counts)])*into
 }
 
 // climbSteps remembers the last steps of the observed mode's first climb:

@@ -394,39 +394,21 @@ func assertNotFired(t *testing.T, c <-chan struct{}, msg string) {
 // reprobe (a bucket of one refuses the pair).
 func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
 	t.Run("a hold taken meanwhile", func(t *testing.T) {
-		u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
-		u.bound = time.Second
-		now := testStart
-		u.setPace(now, 500*time.Millisecond)
-		u.holdUntil(now, now.Add(time.Hour), false) // cut to the bound: a probe at +1 s
-		require.Equal(t, now.Add(time.Second), u.hold.reprobeAt)
+		u := cutToTheBound(t)
 		// An attempt out before the cut is refused, Retry-After 0.9 s.
-		u.holdUntil(now.Add(500*time.Millisecond), now.Add(1400*time.Millisecond), false)
-
-		now = testStart.Add(time.Second)
-		pt, w, pp := u.schedule(now, 0)
-		require.Nil(t, w)
-		require.True(t, pp.probe)
+		u.holdUntil(testStart.Add(500*time.Millisecond), testStart.Add(1400*time.Millisecond), false)
+		pt, pp, w1 := probeAndOneBehind(t, u, u.hold.reprobeAt)
 		require.Equal(t, testStart.Add(1400*time.Millisecond), pt.at, "the probe waits out the 429's hold")
-		_, w1, _ := u.schedule(now, 0)
-		require.NotNil(t, w1)
 
-		now = pt.at
+		now := pt.at
 		goNow(t, u, now, &pt, &pp)
-		sent := now
 		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
-		assert.Equal(t, sent.Add(u.interval), u.claim(w1).at)
+		assert.Equal(t, now.Add(u.interval), u.claim(w1).at)
 	})
 	t.Run("a client-side limit waited for after its turn", func(t *testing.T) {
-		u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
-		u.bound = time.Second
-		now := testStart
-		u.setPace(now, 500*time.Millisecond)
-		u.holdUntil(now, now.Add(time.Hour), false)
-		now = u.hold.reprobeAt
-		pt, _, pp := u.schedule(now, 0)
-		require.True(t, pp.probe)
-		_, w1, _ := u.schedule(now, 0)
+		u := cutToTheBound(t)
+		now := u.hold.reprobeAt
+		pt, pp, w1 := probeAndOneBehind(t, u, now)
 		at, _, _ := u.recheck(now, &pt, 0)
 		require.True(t, at.IsZero())
 
@@ -439,15 +421,9 @@ func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
 	t.Run("a concurrency slot waited for after it was numbered", func(t *testing.T) {
 		// admitSlow numbers the attempt (dispatch), then waits for the
 		// breaker, the adaptive limit and WithMaxConcurrency.
-		u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
-		u.bound = time.Second
-		now := testStart
-		u.setPace(now, 500*time.Millisecond)
-		u.holdUntil(now, now.Add(time.Hour), false)
-		now = u.hold.reprobeAt
-		pt, _, pp := u.schedule(now, 0)
-		require.True(t, pp.probe)
-		_, w1, _ := u.schedule(now, 0)
+		u := cutToTheBound(t)
+		now := u.hold.reprobeAt
+		pt, pp, w1 := probeAndOneBehind(t, u, now)
 		goNow(t, u, now, &pt, &pp)
 
 		now = now.Add(400 * time.Millisecond)
@@ -455,6 +431,31 @@ func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
 		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
 		assert.Equal(t, now.Add(u.interval), u.claim(w1).at)
 	})
+}
+
+// cutToTheBound is an upstream paced at 2 a second with a bound of a
+// second, whose hold of an hour was cut to the bound at testStart: a
+// probe is due a second later.
+func cutToTheBound(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{start: slowStart{phase: open}, pacer: pacer{capacity: 1}}
+	u.bound = time.Second
+	u.setPace(testStart, 500*time.Millisecond)
+	u.holdUntil(testStart, testStart.Add(time.Hour), false)
+	require.Equal(t, testStart.Add(time.Second), u.hold.reprobeAt)
+	return u
+}
+
+// probeAndOneBehind schedules the probe at now and one request that
+// queues behind it.
+func probeAndOneBehind(t *testing.T, u *upstream, now time.Time) (turn, pass, *waiter) {
+	t.Helper()
+	pt, w, pp := u.schedule(now, 0)
+	require.Nil(t, w)
+	require.True(t, pp.probe)
+	_, w1, _ := u.schedule(now, 0)
+	require.NotNil(t, w1)
+	return pt, pp, w1
 }
 
 func TestOnlyAProbeBooksASlotAtItsSend(t *testing.T) {
