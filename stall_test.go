@@ -237,12 +237,19 @@ func TestARequestGoingAtAStallSpendsTheModelsUnit(t *testing.T) {
 	u.coarse, u.proven, u.pacer.limit = true, 1, 10
 	u.latest = reading{at: now, remaining: 1, sent: u.sent}
 
-	now = now.Add(u.bound + u.interval)
+	onlyTheFirstGoesAtTheStall(t, u, now.Add(u.bound+u.interval), &first, &second,
+		"the second, before the first is sent, finds the model's one unit spent")
+}
+
+// onlyTheFirstGoesAtTheStall checks that the upstream stalls at now, that
+// first goes then, and that second, rechecking before first is sent, waits.
+func onlyTheFirstGoesAtTheStall(t *testing.T, u *upstream, now time.Time, first, second *turn, why string) {
+	t.Helper()
 	require.Equal(t, now, u.stalledAt())
-	at, _, _ := u.recheck(now, &first, 0)
+	at, _, _ := u.recheck(now, first, 0)
 	require.True(t, at.IsZero(), "the first goes at the stall")
-	at, _, _ = u.recheck(now, &second, 0)
-	assert.True(t, at.After(now), "the second, before the first is sent, finds the model's one unit spent")
+	at, _, _ = u.recheck(now, second, 0)
+	assert.True(t, at.After(now), why)
 }
 
 func TestAnAttemptThatNeverWentWakesAQueueBookedPastTheBound(t *testing.T) {
@@ -340,12 +347,9 @@ func TestARequestGoingAtAStallSpendsTheObservedSpacing(t *testing.T) {
 	second, _, _ := u.schedule(now, 0)
 	require.True(t, first.paced && second.paced)
 
-	now = now.Add(u.bound + u.interval) // both woke late, at the stall
-	require.Equal(t, now, u.stalledAt())
-	at, _, _ := u.recheck(now, &first, 0)
-	require.True(t, at.IsZero(), "the first goes at the stall")
-	at, _, _ = u.recheck(now, &second, 0)
-	assert.True(t, at.After(now), "the second, before the first is sent, waits an interval")
+	// Both woke late, at the stall.
+	onlyTheFirstGoesAtTheStall(t, u, now.Add(u.bound+u.interval), &first, &second,
+		"the second, before the first is sent, waits an interval")
 }
 
 // Extra wakes cost every sleeper a recheck under the lock: an answer on a
@@ -402,8 +406,7 @@ func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
 
 		now := pt.at
 		goNow(t, u, now, &pt, &pp)
-		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
-		assert.Equal(t, now.Add(u.interval), u.claim(w1).at)
+		theNextGoesAnIntervalAfter(t, u, &pp, w1, now)
 	})
 	t.Run("a client-side limit waited for after its turn", func(t *testing.T) {
 		u := cutToTheBound(t)
@@ -415,8 +418,7 @@ func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
 		now = now.Add(400 * time.Millisecond)
 		pp.at = now
 		u.dispatch(&pp)
-		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
-		assert.Equal(t, now.Add(u.interval), u.claim(w1).at)
+		theNextGoesAnIntervalAfter(t, u, &pp, w1, now)
 	})
 	t.Run("a concurrency slot waited for after it was numbered", func(t *testing.T) {
 		// admitSlow numbers the attempt (dispatch), then waits for the
@@ -428,9 +430,16 @@ func TestTheQueueBehindALateProbeBooksAnIntervalAfterIt(t *testing.T) {
 
 		now = now.Add(400 * time.Millisecond)
 		pp.leftAt(now)
-		pp.observe(now.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
-		assert.Equal(t, now.Add(u.interval), u.claim(w1).at)
+		theNextGoesAnIntervalAfter(t, u, &pp, w1, now)
 	})
+}
+
+// theNextGoesAnIntervalAfter answers the probe pp, sent at sent, and checks
+// that the request queued behind it, w, books an interval after it.
+func theNextGoesAnIntervalAfter(t *testing.T, u *upstream, pp *pass, w *waiter, sent time.Time) {
+	t.Helper()
+	pp.observe(sent.Add(20*time.Millisecond), RateLimits{}, 0, false, true)
+	assert.Equal(t, sent.Add(u.interval), u.claim(w).at)
 }
 
 // cutToTheBound is an upstream paced at 2 a second with a bound of a
