@@ -54,6 +54,7 @@ type pacer struct {
 	anchorV  float64
 	tatV     float64       // the theoretical arrival time, in slots
 	quicker  broadcast     // fired when the pace quickens
+	counted  broadcast     // fired by each answer to a fixed window's attempts (see countedFor)
 	quickOf  time.Duration // the interval quicker's first waiter came at (the slowest, for a pace from the headers: see quickerFor)
 	// holdEnd is when the upstream's last hold ends (or was to end, if a
 	// reading lifted it). A pace that slows before then changes at that
@@ -566,6 +567,21 @@ func (p *pacer) windowShortfall(now time.Time, inFlight uint64) time.Duration {
 	}
 	p.clearOne(now)
 	return 0
+}
+
+// countedFor returns the channel closed at the next answer to a fixed
+// window's attempts, for a request that found the window used up while
+// inFlight attempts were out; nil otherwise, since then only the window's
+// end frees a unit. Attempts sent at once reach the server in any order, so
+// a reading can count an attempt sent after the one it answers, which is
+// then counted twice: the window's last unit looks spent while it is not,
+// and the answers on their way tell. (Asleep to the window's end, a request
+// left that unit unused, and a burst ended a whole window late.)
+func (p *pacer) countedFor(inFlight uint64) <-chan struct{} {
+	if !p.lumpy || inFlight == 0 {
+		return nil
+	}
+	return p.counted.wait()
 }
 
 // clearOne counts an attempt let go at now that is not sent yet, so that

@@ -410,12 +410,6 @@ func gap(w world) string {
 			"no rate (pacer.lateResets); the pace doubles from its first, too slow guess at each full reading. 1.3-2.5x the " +
 			"ideal for a bucket (before: a bucket of 4 at 40 a second 5 s ahead 30x with 3 of 4 requests failed, 1 s ahead " +
 			"now and then 27x), and a Retry-After date 5 s ahead holds each 429 for 6 s: 1.7-2.7x with no rate-limit headers"
-	case w.family == "github" && w.load.rate >= lumpMinLimit:
-		return "a fixed window of a second, told from a bucket by its lumps after the first window, its end then learned " +
-			"from the answers (windowEdge): the bursts finish 3 to 100 ms ahead of the plain loop, whose retries a second " +
-			"apart land in each window at once (up to 0.24 s behind it while a retry's wait after a whole-second " +
-			"Retry-After had jitter; it has none on a paced upstream now). With 20 ms answers, now and then under -race, " +
-			"the first window, paced as a bucket, is left part unused, and the burst ends a window late (1.21-1.26x)"
 	case w.family == "github" && w.load.rate < lumpMinLimit:
 		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, " +
 			"1.1-1.45x the ideal (the plain loop 1.46-1.56x), at most 3 of 60 requests seeing a 429 but in 3 to 9 of " +
@@ -437,6 +431,13 @@ func gap(w world) string {
 // reset cut down or a skewed server clock failed (the coarse reading was
 // dropped and the shortfall never cleared: up to 60 s stalls), and so did
 // every "none" cell (8-30x the ideal).
+//
+// A GitHub window of 40 or 100 a second, told by its lumps, meets every
+// target. Before a request that found the window used up while attempts
+// were out was woken by their answers (TestAWindowFoundUsedUpWhileAttempts
+// AreOutIsCheckedAgainAtTheirAnswers), 11 of about 12,000 runs of those
+// cells, most under -race, left a unit of the last window unused and ended
+// a window late, behind the plain loop.
 func TestRobustnessMatrix(t *testing.T) {
 	plain := map[string]worldOutcome{}
 	for _, w := range matrix() {
@@ -494,16 +495,6 @@ func TestRobustnessMatrix(t *testing.T) {
 				if w.proxyDate && (got.failed > 0 || ratio > 3 || got.saw429 > w.load.requests()*15/100) {
 					t.Errorf("with times ahead of the Date every request must complete within 3x the ideal, at most 15%% "+
 						"seeing a 429: %s", strings.Join(misses, "; "))
-				}
-				// A fixed window told by its lumps is held to every
-				// target but one: a first window left part unused
-				// may cost a whole one at the end (see gap), never
-				// some milliseconds.
-				window := w.family == "github" && w.load.rate >= lumpMinLimit && !w.proxyDate
-				lostWindow := got.wall >= base.wall+700*time.Millisecond
-				if window && (got.failed > 0 || got.saw429 > most429(w) || ratio > tolerance(w) || got.wall > base.wall && !lostWindow) {
-					t.Errorf("a fixed window told by its lumps must meet every target but for a whole window lost at the start: %s",
-						strings.Join(misses, "; "))
 				}
 				if w.family == "github" && w.load.rate < lumpMinLimit && !w.proxyDate &&
 					(got.failed > 0 || ratio > tolerance(w) || got.wall > base.wall || got.saw429 > w.load.requests()/10) {

@@ -224,8 +224,9 @@ func (t turn) firmAt() time.Time {
 // paced or spread with jitter), earlier or later if the pace changed since
 // the turn was booked, on the pace if the upstream became paced; zero when
 // it may go now. quicker, when not nil, is closed if the pace quickens
-// before then. again reports that the upstream went cold for a new probe
-// since the turn was booked: the request must be scheduled again.
+// before then, or, for a fixed window found used up, at the next answer
+// (see pacer.countedFor). again reports that the upstream went cold for a
+// new probe since the turn was booked: the request must be scheduled again.
 func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at time.Time, quicker <-chan struct{}, again bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -306,7 +307,7 @@ func (u *upstream) recheck(now time.Time, t *turn, jitter time.Duration) (at tim
 		if wake := now.Add(short); !stalled.IsZero() && wake.After(stalled) {
 			return stalled, nil, false // the model's wait is bounded too
 		}
-		return now.Add(short), nil, false
+		return now.Add(short), u.countedFor(u.sent - u.replies), false
 	}
 	if step > 0 {
 		u.start.ramp.leaving(now, step-1, u.sent+1) // it is the next sent
@@ -585,6 +586,7 @@ func (p pass) observe(now time.Time, limits RateLimits, hold time.Duration, thro
 	if u.lateResets && !u.toldLate {
 		u.toldLate, late = true, true
 	}
+	u.counted.fire() // a window's count, or one fewer out (see countedFor)
 	u.wakeIfStalling()
 	return held, paceOff, late, throttled && u.spreadsRetries()
 }

@@ -297,3 +297,53 @@ func TestWindowEdgeKnownWithinFiveRoundTripsIsNotProbed(t *testing.T) {
 	assert.False(t, fine, "as wide with 2 ms answers: a probe")
 	assert.True(t, at.Before(hi))
 }
+
+// Attempts sent at once reach the server in any order, so a reading can
+// count an attempt sent after the one it answers: that attempt is then
+// counted twice, and a window's last unit looks spent while it is not. A
+// request that found the window used up while attempts were out is woken
+// by their answers, which bring the true count; before, it slept to the
+// window's end with the unit unused, and a burst of 500 over windows of 100
+// a second ended a whole window late (the matrix's 40 and 100 a second
+// GitHub cells, now and then under -race).
+func TestAWindowFoundUsedUpWhileAttemptsAreOutIsCheckedAgainAtTheirAnswers(t *testing.T) {
+	p, start := lumpyWindow(t)
+	u := &upstream{start: slowStart{phase: open}, pacer: *p}
+	u.replies = u.sent
+	now := start.Add(100 * time.Millisecond)
+	limits := func(remaining int64) RateLimits { return windowReading(40, remaining, now) }
+
+	// The window has 5 left; 4 attempts go at once. The server counts
+	// the second before the first, so the first's answer says 3 remain,
+	// counting the second too.
+	out := make([]pass, 4)
+	for i := range out {
+		out[i] = pass{u: u, at: now}
+		u.dispatch(&out[i])
+	}
+	now = now.Add(2 * time.Millisecond)
+	out[0].observe(now, limits(3), 0, false, true)
+
+	// By that count the three still out use the window up.
+	tn, w, _ := u.schedule(now, 0)
+	require.Nil(t, w)
+	at, woken, _ := u.recheck(now, &tn, 0)
+	if at.After(now) && at.Before(now.Add(time.Millisecond)) {
+		now = at // its slot on the window's pace
+		at, woken, _ = u.recheck(now, &tn, 0)
+	}
+	require.True(t, at.After(now.Add(100*time.Millisecond)), "the window looks used up: the request waits for its end (told %v)", at.Sub(now))
+	require.NotNil(t, woken, "nothing would wake it before the window's end")
+
+	// Their answers bring the true count: one unit is left.
+	for i, remaining := range []int64{4, 2, 1} {
+		out[i+1].observe(now, limits(remaining), 0, false, true)
+	}
+	select {
+	case <-woken:
+	default:
+		t.Fatal("the answers that bring the window's count did not wake the request waiting on it")
+	}
+	at, _, _ = u.recheck(now, &tn, 0)
+	assert.True(t, at.IsZero(), "the window's last unit goes at once, not at %v", at.Sub(now))
+}
