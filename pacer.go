@@ -787,6 +787,7 @@ func (p *pacer) forget(now time.Time) {
 	keep := pacer{sent: p.sent, rejected: p.rejected, accepts: p.accepts, bound: p.bound, clockID: p.clockID,
 		lostSends: p.lostSends, lostNext: p.lostNext, holdEnd: p.holdEnd}
 	p.quicker.fire()
+	p.counted.fire()
 	*p = keep
 }
 

@@ -435,7 +435,7 @@ func gap(w world) string {
 // A GitHub window of 40 or 100 a second, told by its lumps, meets every
 // target. Before a request that found the window used up while attempts
 // were out was woken by their answers (TestAWindowFoundUsedUpWhileAttempts
-// AreOutIsCheckedAgainAtTheirAnswers), 11 of about 12,000 runs of those
+// AreOutIsCheckedAgainAtTheirAnswers), 11 of about 14,500 runs of those
 // cells, most under -race, left a unit of the last window unused and ended
 // a window late, behind the plain loop.
 func TestRobustnessMatrix(t *testing.T) {

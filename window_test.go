@@ -335,15 +335,29 @@ func TestAWindowFoundUsedUpWhileAttemptsAreOutIsCheckedAgainAtTheirAnswers(t *te
 	require.True(t, at.After(now.Add(100*time.Millisecond)), "the window looks used up: the request waits for its end (told %v)", at.Sub(now))
 	require.NotNil(t, woken, "nothing would wake it before the window's end")
 
-	// Their answers bring the true count: one unit is left.
-	for i, remaining := range []int64{4, 2, 1} {
-		out[i+1].observe(now, limits(remaining), 0, false, true)
-	}
+	// The second's answer, with two still out, brings the true count:
+	// one unit is left.
+	out[1].observe(now, limits(4), 0, false, true)
 	select {
 	case <-woken:
 	default:
-		t.Fatal("the answers that bring the window's count did not wake the request waiting on it")
+		t.Fatal("the answer that brings the window's count did not wake the request waiting on it")
 	}
 	at, _, _ = u.recheck(now, &tn, 0)
 	assert.True(t, at.IsZero(), "the window's last unit goes at once, not at %v", at.Sub(now))
+}
+
+// A pace forgotten (poisoned, or gone cold for a new probe) wakes the
+// requests waiting on a window's count, as it wakes those waiting on the
+// pace: nothing else would fire for them before their timers.
+func TestForgettingAWindowWakesTheRequestsWaitingOnItsCount(t *testing.T) {
+	p, start := lumpyWindow(t)
+	woken := p.countedFor(1)
+	require.NotNil(t, woken)
+	p.forget(start)
+	select {
+	case <-woken:
+	default:
+		t.Fatal("forgetting the pace left a request asleep on the window's count")
+	}
 }
