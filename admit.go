@@ -465,6 +465,12 @@ func (c *call) observe(a *admission, o *outcome) {
 			// request, a floor: it stays.
 			o.serverWait = max(w, time.Millisecond)
 		}
+		if o.saidNow && spreads {
+			// "Now", on an upstream whose pace spaces retries: the
+			// retry takes its next turn there. A backoff (a second or
+			// more) would leave it behind the burst it belongs to.
+			o.serverWait = max(o.serverWait, time.Millisecond)
+		}
 		// The pace spreads the retry, if it spaces attempts by itself
 		// and lives until the retry goes (the observed mode ends
 		// observedFor after the last 429).

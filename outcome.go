@@ -51,6 +51,10 @@ type outcome struct {
 	// fineWait is set when retryAfter came from retry-after-ms: the time
 	// to the server's next unit to the millisecond, not a whole second.
 	fineWait bool
+	// saidNow is set when the response names a wait of zero: Retry-After
+	// 0, or a date no later than the server's now (a time cut down to its
+	// second, which has begun already).
+	saidNow bool
 	// stream is set when the response is a stream whose first event was a
 	// transient error: the outcome is judged as its status (see
 	// WithFirstEventCheck), while resp stays the stream itself.
@@ -381,6 +385,7 @@ func (o *outcome) readWaits(now time.Time) {
 	if d, ok := ParseRetryAfter(h, now); ok {
 		_, o.fineWait = parseRetryAfterMs(h.Get("Retry-After-Ms"))
 		o.retryAfter, o.serverWait = d, d // the request's own wait: a floor
+		o.saidNow = d == 0
 		if !o.fineWait && o.resp.StatusCode == http.StatusTooManyRequests {
 			o.retryAfter = finerWait(d, o.limits, now) // the upstream's hold
 		}

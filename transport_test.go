@@ -312,7 +312,6 @@ func TestServerWaitIsAFloor(t *testing.T) {
 		{"http-date", http.Header{"Retry-After": {date}}, 7 * time.Second},
 		{"retry-after-ms first", http.Header{"Retry-After-Ms": {"1500.5"}, "Retry-After": {"9"}}, 1500*time.Millisecond + 500*time.Microsecond},
 		{"epoch sent as delay", http.Header{"Retry-After": {strconv.FormatInt(testStart.Unix()+5, 10)}}, 5 * time.Second},
-		{"zero falls back to backoff", http.Header{"Retry-After": {"0"}}, time.Second},
 		{"garbage falls back to backoff", http.Header{"Retry-After": {"soon"}}, time.Second},
 	}
 	for _, c := range cases {
@@ -410,6 +409,60 @@ func TestAServerWaitOnAPacedUpstreamGoesOnTime(t *testing.T) {
 			} else {
 				assert.Zero(t, jittered, "the pace spreads the retries: each goes when the server said")
 			}
+		})
+	}
+}
+
+// TestAWaitOfNowTakesThePacesTurn checks that a 429 whose Retry-After says
+// "now" (0, or a date no later than the response's Date: a server that
+// cuts its times down to the second) is retried on the upstream's pace,
+// which spaces the retries, not after a backoff. A burst at a header-less
+// 40 a second bucket whose server runs a second behind ended up to 1.5 s
+// late, its last request waiting a backoff of 1-2 s while the bucket had
+// room (TestRobustnessMatrix, none/floor/-1s/ra-date/40rps-b4-80c, now and
+// then with -race). A 503 paces nothing, and a bucket's pace with room for
+// a burst would let the retries go as a herd: "now" there still backs off.
+func TestAWaitOfNowTakesThePacesTurn(t *testing.T) {
+	now := testStart.Format(http.TimeFormat)
+	cases := []struct {
+		name    string
+		status  int
+		header  http.Header
+		backoff bool
+	}{
+		{"a 429 saying Retry-After: 0", 429, http.Header{"Retry-After": {"0"}}, false},
+		{"a 429 whose date is the server's now", 429, http.Header{"Retry-After": {now}, "Date": {now}}, false},
+		{"a 429 whose date has passed on the server's clock", 429, http.Header{
+			"Retry-After": {testStart.Add(-time.Hour).Format(http.TimeFormat)},
+			"Date":        {testStart.Add(-time.Hour + time.Second).Format(http.TimeFormat)},
+		}, false},
+		{"a 503 saying Retry-After: 0", 503, http.Header{"Retry-After": {"0"}}, true},
+		// A pace with room for a burst would let such retries go as a
+		// herd: they back off, as the jitter spreads them.
+		{"a 429 saying Retry-After: 0 from a bucket with room for a burst", 429, http.Header{
+			"Retry-After":                    {"0"},
+			"X-Ratelimit-Limit-Requests":     {"10000"},
+			"X-Ratelimit-Remaining-Requests": {"9000"},
+			"X-Ratelimit-Reset-Requests":     {"6s"},
+		}, true},
+	}
+	const backoff = 5 * time.Second
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			mock, _ := scripted(t, step{status: c.status, header: c.header}, step{status: 200})
+			clk := autoClock()
+			rt := New(mock, WithClock(clk), WithBackoff(backoff, time.Minute))
+			resp, err := rt.RoundTrip(get(t, "https://api.test/x"))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, 200, resp.StatusCode)
+			waited := clk.Now().Sub(testStart)
+			if c.backoff {
+				assert.GreaterOrEqual(t, waited, backoff, "no pace spaces these retries: the backoff does")
+				return
+			}
+			assert.Less(t, waited, backoff, "the retry waits for the pace's turn, not a backoff")
+			assert.Equal(t, "observed", rt.Stats()[0].Pacing, "the 429 set the pace that spaced the retry")
 		})
 	}
 }
