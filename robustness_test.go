@@ -410,16 +410,6 @@ func gap(w world) string {
 			"no rate (pacer.lateResets); the pace doubles from its first, too slow guess at each full reading. 1.3-2.5x the " +
 			"ideal for a bucket (before: a bucket of 4 at 40 a second 5 s ahead 30x with 3 of 4 requests failed, 1 s ahead " +
 			"now and then 27x), and a Retry-After date 5 s ahead holds each 429 for 6 s: 1.7-2.7x with no rate-limit headers"
-	case w.family == "github" && w.load.rate < lumpMinLimit:
-		return "a fixed window of five a second, too small to be told from a bucket by its lumps: paced as a bucket, " +
-			"1.1-1.45x the ideal (the plain loop 1.46-1.56x). A window that ends on a whole second sees at most 3 of 60 " +
-			"requests refused (none of 5,280 runs more, 1,320 of them under -race). One that ends within the second, its " +
-			"reset rounded down, sees up to 7: the drain leaves the window's sixth request for 2 units at the proven rate " +
-			"(0.42-0.47 s), which lands just before the window's end, and the probe after its 429 waits as long, so the " +
-			"next window starts as late and the pair repeats, window after window, until the phase drifts off (the worst " +
-			"cell, Retry-After dates, 20 ms answers, 781 ms into the second: 4-5 of 60 in 16 of 300 runs, 4-7 in 21 of " +
-			"150 under -race). Told by a 429 and the refill after it, a bucket shared with another client, or one idle " +
-			"long enough to fill, looked the same (a review's counterexamples)"
 	}
 	return ""
 }
@@ -442,6 +432,12 @@ func gap(w world) string {
 // cells, most under -race, left a unit of the last window unused and ended
 // a window late, behind the plain loop (see
 // TestAWindowFoundUsedUpWhileAttemptsAreOutIsCheckedAgainAtTheirAnswers).
+// One of five a second, paced as a bucket, meets every target too. Before
+// a window read empty after its reset, cut down, had passed was held until
+// the end its answers show, one ending within the second fell into step
+// with its pace and saw 4 to 7 of 60 requests refused in about one run in
+// twenty of its worst cell (see
+// TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow).
 func TestRobustnessMatrix(t *testing.T) {
 	plain := map[string]worldOutcome{}
 	for _, w := range matrix() {
@@ -499,21 +495,6 @@ func TestRobustnessMatrix(t *testing.T) {
 				if w.proxyDate && (got.failed > 0 || ratio > 3 || got.saw429 > w.load.requests()*15/100) {
 					t.Errorf("with times ahead of the Date every request must complete within 3x the ideal, at most 15%% "+
 						"seeing a 429: %s", strings.Join(misses, "; "))
-				}
-				if w.family == "github" && w.load.rate < lumpMinLimit && !w.proxyDate {
-					// A window paced as a bucket is held to every
-					// target but the 429s: 10% where it ends on a
-					// whole second, 15% where it ends within the
-					// second (see gap; at most 7 of 60 measured,
-					// -race included).
-					allowed := w.load.requests() / 10
-					if w.phase > 0 {
-						allowed = w.load.requests() * 15 / 100
-					}
-					if got.failed > 0 || ratio > tolerance(w) || got.wall > base.wall || got.saw429 > allowed {
-						t.Errorf("a fixed window paced as a bucket must meet every target but let up to %d see a 429: %s",
-							allowed, strings.Join(misses, "; "))
-					}
 				}
 				if w.family == "github" && (got.failed > 0 || ratio > 6) {
 					t.Errorf("a fixed window must still complete every request within 6x the ideal: %s", strings.Join(misses, "; "))

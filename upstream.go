@@ -729,10 +729,37 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits, sentAt time
 			if w, ok := u.windowWait(now); ok && now.Add(w).Before(at) {
 				at = now.Add(w) // the window's learned end beats its stated one
 			}
+			if end, ok := u.cutDownEnd(now, *q); ok {
+				at = later(at, end)
+			}
 		}
 		until = later(until, at)
 	}
 	return until
+}
+
+// cutDownEnd is when a coarse quota read empty after its stated reset has
+// passed comes back, by what its answers show: the late bound of the end
+// windowEdge has learned, when that is known and at most a second away. A
+// reset cut down to the second (GitHub's epoch seconds, rounded down)
+// passes up to a second before a fixed window ends, and the window's units
+// come back at its end, not one by one: a request sent at the proven rate
+// meanwhile is refused. A window too small to be told from a bucket by its
+// lumps (five a second) fell into step with that: its sixth request went
+// two units after the drain, just before the window's end, and the probe
+// after the 429 as long after, so the next window started as late, window
+// after window (4-7 of 60 requests refused where the issue allows 3).
+// The bound keeps a bucket mistaken for a window from being held longer
+// than its reset could be late. A window told by its lumps has windowWait.
+func (u *upstream) cutDownEnd(now time.Time, q Quota) (time.Time, bool) {
+	if u.lumpy || !u.coarse || q.Reset.After(now) {
+		return time.Time{}, false
+	}
+	_, hi, ok := u.edge.end()
+	if !ok || !hi.After(now) || hi.Sub(now) > time.Second {
+		return time.Time{}, false
+	}
+	return hi, true
 }
 
 // retryWait is windowWait for a request's own retry, under the lock.

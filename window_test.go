@@ -361,3 +361,68 @@ func TestForgettingAWindowWakesTheRequestsWaitingOnItsCount(t *testing.T) {
 		t.Fatal("forgetting the pace left a request asleep on the window's count")
 	}
 }
+
+// A fixed window of five a second that ends 800 ms into each second, its
+// reset cut down to the whole second before: read empty at 300 ms into the
+// second, the reset has passed already, and a reading says nothing of
+// when the window's units come back. Its answers do (windowEdge), and
+// the upstream is held until that end, at most a second away. Before, it
+// was not held at all: the pace sent the next request two units on, just
+// before the window's end, for a 429, and the probe after that as long
+// after the new window began, so the next window drained as late, window
+// after window (the matrix's GitHub 5/s cells, windows ending within the
+// second, up to 7 of 60 refused). A bucket, whose answers show no edge, is
+// not held (its units come back one by one), nor is a quota whose reset
+// is still to come.
+func TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow(t *testing.T) {
+	u := &upstream{start: slowStart{phase: open}}
+	u.replies = u.sent
+	reading := func(now time.Time, remaining int64, reset time.Time) RateLimits {
+		return RateLimits{Requests: Quota{Limit: 5, Remaining: remaining, HasLimit: true, HasRemaining: true,
+			Reset: reset, Coarse: true}}
+	}
+	send := func(at, answered time.Time, remaining int64, reset time.Time) {
+		p := pass{u: u, at: at}
+		u.dispatch(&p)
+		p.observe(answered, reading(answered, remaining, reset), 0, false, true)
+	}
+	const trip = 20 * time.Millisecond
+	// Each window k ends at k+0.8 s; its reset, cut down, says k s, and
+	// is read as the time of the answer once it has passed (clampReset).
+	windowEnd := func(k int) time.Time { return ms(1000*k + 800) }
+	var drained time.Time
+	for k := 1; k <= 4; k++ {
+		stated := ms(1000 * k)
+		sends := []time.Time{windowEnd(k - 1).Add(5 * time.Millisecond), ms(1000*k + 100), ms(1000*k + 150),
+			ms(1000*k + 200), ms(1000*k + 300)}
+		for i, at := range sends {
+			answered := at.Add(trip)
+			reset := later(stated, answered)
+			send(at, answered, int64(4-i), reset)
+			drained = answered
+		}
+	}
+	require.False(t, u.lumpy, "five a second is too few to be told from a bucket by its lumps")
+	require.True(t, u.coarse)
+
+	u.mu.Lock()
+	held := u.hold.end
+	u.mu.Unlock()
+	end := windowEnd(4)
+	require.True(t, held.After(drained), "read empty after its reset passed, the window is held (the hold ends %v after the drain)", held.Sub(drained))
+	assert.False(t, held.Before(end), "held until the end its answers show, not %v before it", end.Sub(held))
+	assert.True(t, held.Before(end.Add(trip+10*time.Millisecond)), "and not much past it (%v)", held.Sub(end))
+
+	// Nor for longer than its reset, cut down to the second, could be late.
+	early := end.Add(-1500 * time.Millisecond)
+	_, ok := u.cutDownEnd(early, reading(early, 0, early).Requests)
+	assert.False(t, ok, "an end more than a second past a reset that has passed is not the window's")
+	// A reset still to come decides by itself.
+	_, ok = u.cutDownEnd(drained, reading(drained, 0, drained.Add(time.Second)).Requests)
+	assert.False(t, ok, "a reset to come is no cut-down one")
+	// A bucket's answers show no edge: nothing is held for one.
+	b := &upstream{start: slowStart{phase: open}}
+	b.coarse = true
+	_, ok = b.cutDownEnd(drained, reading(drained, 0, drained).Requests)
+	assert.False(t, ok, "no edge learned, no hold")
+}
