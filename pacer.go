@@ -277,6 +277,18 @@ func (p *pacer) book(start time.Time) turn {
 	return turn{at: start, v: v, paced: true, firm: p.firm, clockID: p.clockID, listed: true}
 }
 
+// nextSlot is when a turn booked at start would come, without booking it:
+// start itself when the pace lets it go then, or when there is no pace.
+func (p *pacer) nextSlot(start time.Time) time.Time {
+	if p.interval <= 0 {
+		return start
+	}
+	if earliest := p.tatV - (p.capacity - 1); earliest > p.slotsAt(start) {
+		return p.timeOf(earliest)
+	}
+	return start
+}
+
 // gcra books the next paced slot at or after slot v; moved reports that it
 // is later than v.
 func (p *pacer) gcra(v float64) (slot float64, moved bool) {

@@ -177,9 +177,9 @@ func BackoffMultiplier(f float64) RequestOption {
 // pace spaces the retries itself (one attempt an interval, as after a
 // header-less 429, or a fixed window whose quota returns at once), so a
 // retry goes when the server said (and a Retry-After of "now" takes the
-// pace's next turn rather than a backoff). It also spreads the requests released
-// together after a hold, so that they do not return as a herd. Per
-// request: [Jitter].
+// pace's next turn rather than a backoff). It also spreads the requests
+// released together after a hold, so that they do not return as a herd.
+// Per request: [Jitter].
 func WithJitter(max time.Duration) Option {
 	return Jitter(max).forTransport()
 }

@@ -357,9 +357,12 @@ func (c *call) plan(o *outcome) (time.Duration, *stopReason) {
 		// queue for a slot, not through a backoff.
 		wait = 0
 	}
-	if deadline, ok := c.ctx.Deadline(); ok && now.Add(wait).After(deadline) {
-		c.retryAt = now.Add(wait)
-		return 0, &stopReason{ErrPastDeadline, "the next attempt (in " + wait.String() + ") would start after the request deadline"}
+	if deadline, ok := c.ctx.Deadline(); ok {
+		start := later(now.Add(wait), c.paceTurn(o, now))
+		if start.After(deadline) {
+			c.retryAt = start
+			return 0, &stopReason{ErrPastDeadline, "the next attempt (in " + start.Sub(now).String() + ") would start after the request deadline"}
+		}
 	}
 	if !c.spendRetry(now, o) {
 		return 0, &stopReason{ErrRetryBudgetSpent, "the retry budget for this upstream is spent"}
@@ -369,6 +372,19 @@ func (c *call) plan(o *outcome) (time.Duration, *stopReason) {
 	}
 	c.prevWait = wait
 	return wait, nil
+}
+
+// paceTurn is when a retry the server said may go now (o.saidNow) would
+// take its turn on the pace that spaces it (o.spreadByPace); zero for any
+// other. Its wait is the pace's, not the server's: plan checks the
+// deadline against that turn, so the caller gets the 429 at once, as a
+// backoff past the deadline gives it, not an error after waiting the
+// deadline out.
+func (c *call) paceTurn(o *outcome, now time.Time) time.Time {
+	if !o.saidNow || !o.spreadByPace || c.u == nil {
+		return time.Time{}
+	}
+	return c.u.nextTurn(now)
 }
 
 // finish returns the last outcome: the response itself, or an *Error for a

@@ -467,6 +467,39 @@ func TestAWaitOfNowTakesThePacesTurn(t *testing.T) {
 	}
 }
 
+// TestAWaitOfNowPastTheDeadlineReturnsTheRefusalAtOnce checks that a retry
+// told "now" whose turn on the pace would come after the request's
+// deadline ends retrying at once, with the 429, as a backoff past the
+// deadline does: the deadline is checked against the pace's turn, not the
+// server's wait of nothing. (Checked against the wait alone, the retry
+// waited the deadline out for its turn and failed with ErrRateLimited.)
+func TestAWaitOfNowPastTheDeadlineReturnsTheRefusalAtOnce(t *testing.T) {
+	start := time.Now()
+	clk := fakeclock.NewAuto(start)
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(300*time.Millisecond))
+	defer cancel()
+	mock, _ := scripted(t, step{status: 429, header: http.Header{"Retry-After": {"0"}}}, step{status: 200})
+	resp, err := New(mock, WithClock(clk)).RoundTrip(get(t, "https://api.test/x").WithContext(ctx))
+	require.NoError(t, err, "the refusal itself is the answer")
+	defer resp.Body.Close()
+	assert.Equal(t, 429, resp.StatusCode)
+	assert.Equal(t, 1, Attempts(resp))
+	assert.Equal(t, start, clk.Now(), "no wait at all")
+	e := CheckResponse(resp, nil).(*Error)
+	assert.Contains(t, e.StopReason, "deadline")
+	assert.True(t, e.RetryAt.After(start.Add(300*time.Millisecond)), "RetryAt is the pace's turn, past the deadline: %v", e.RetryAt.Sub(start))
+
+	// A deadline the turn fits: the retry goes, on its turn.
+	clk = fakeclock.NewAuto(start)
+	ctx, cancel = context.WithDeadline(context.Background(), e.RetryAt.Add(100*time.Millisecond))
+	defer cancel()
+	mock, _ = scripted(t, step{status: 429, header: http.Header{"Retry-After": {"0"}}}, step{status: 200})
+	resp, err = New(mock, WithClock(clk)).RoundTrip(get(t, "https://api.test/x").WithContext(ctx))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode, "the turn is within the deadline")
+}
+
 func TestServerWaitAtTheLimitIsHonouredDespiteJitter(t *testing.T) {
 	// The default limit is 60s and the default jitter up to 1s: a server
 	// asking for exactly 60s is within the limit, whatever jitter adds.

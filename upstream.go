@@ -383,6 +383,14 @@ func (u *upstream) unbook(now time.Time, t turn) {
 	}
 }
 
+// nextTurn is when a request booking a turn at now would go, past any
+// hold and on the pace, without booking it.
+func (u *upstream) nextTurn(now time.Time) time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.nextSlot(u.afterHold(now, 0))
+}
+
 // afterHold delays start past a hold, spreading the held requests with
 // jitter when no pacing rate does it for them.
 func (u *upstream) afterHold(now time.Time, jitter time.Duration) time.Time {
