@@ -498,6 +498,7 @@ func TestAWaitOfNowPastTheDeadlineReturnsTheRefusalAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	assert.Equal(t, 200, resp.StatusCode, "the turn is within the deadline")
+	assert.WithinDuration(t, e.RetryAt, clk.Now(), time.Millisecond, "and the retry went at the turn RetryAt named")
 }
 
 func TestServerWaitAtTheLimitIsHonouredDespiteJitter(t *testing.T) {

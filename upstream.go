@@ -758,14 +758,24 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits, sentAt time
 // after the 429 as long after, so the next window started as late, window
 // after window (4-7 of 60 requests refused where the issue allows 3).
 // The bound keeps a bucket mistaken for a window from being held longer
-// than its reset could be late. A window told by its lumps has windowWait.
+// than its reset could be late. A bucket's count rises as it refills, and
+// windowEdge takes a rise for a new window: idle, or shared with another
+// client, a bucket of 5 at 10 a second taught it edges 87 to 979 ms wide,
+// and held until them, a burst ran 1.38-1.47x where it had run 1.36x. So
+// the end must be known within cutDownWidest, and have held over
+// cutDownAgreed windows' ends in a row (a window's, in the matrix's GitHub
+// 5/s cells: 54 ms wide at the median, 273 ms at most). A window told by
+// its lumps has windowWait.
 func (u *upstream) cutDownEnd(now time.Time, q Quota) (time.Time, bool) {
 	if u.lumpy || !u.coarse || q.Reset.After(now) {
 		return time.Time{}, false
 	}
-	_, hi, ok := u.edge.end()
+	lo, hi, ok := u.edge.end()
 	if !ok || !hi.After(now) || hi.Sub(now) > time.Second {
 		return time.Time{}, false
+	}
+	if hi.Sub(lo) > cutDownWidest || u.edge.agreed < cutDownAgreed {
+		return time.Time{}, false // a bucket's count rises as it refills: edges that do not hold
 	}
 	return hi, true
 }

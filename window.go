@@ -38,6 +38,11 @@ type windowEdge struct {
 	// trip is the shortest round trip of late (see rttFloor): an edge
 	// known within edgeTrips of them is not worth a probe (see next).
 	trip time.Duration
+
+	// agreed counts the windows in a row whose end fell within the
+	// bounds the ones before gave (see fold): a fixed window's ends keep
+	// to one period, a bucket's rises, taken for new windows, do not.
+	agreed int
 }
 
 const (
@@ -56,6 +61,11 @@ const (
 	// probePoll is how often requests waiting on a probe's answer look
 	// again.
 	probePoll = time.Millisecond
+	// cutDownWidest and cutDownAgreed are how narrow, and over how many
+	// windows' ends in a row, an end must be known before a quota read
+	// empty after its reset passed is held until it (upstream.cutDownEnd).
+	cutDownWidest = 300 * time.Millisecond
+	cutDownAgreed = 2
 )
 
 // see takes one answer: sent is when its attempt went (zero if unknown),
@@ -104,7 +114,11 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 				if c := e.first.Add(e.period); c.Before(b) {
 					b = c
 				}
-				e.fold(e.last, b)
+				if learned, agreed := e.fold(e.last, b); learned && agreed {
+					e.agreed++
+				} else if learned {
+					e.agreed = 0
+				}
 			}
 			if !e.hi.IsZero() { // the bounds move on to the new window's end
 				e.lo, e.hi = e.lo.Add(n*e.period), e.hi.Add(n*e.period)
@@ -122,7 +136,9 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 		if sent.After(e.last) {
 			e.last = sent
 			if e.period > 0 {
-				e.fold(e.last, e.first.Add(e.period))
+				if learned, agreed := e.fold(e.last, e.first.Add(e.period)); learned && !agreed {
+					e.agreed = 0
+				}
 			}
 		}
 	}
@@ -146,15 +162,18 @@ func (e *windowEdge) start(sent, now time.Time, remaining int64) {
 }
 
 // fold narrows the bounds on the current window's end (the window of
-// e.first) by another: it is in (a, b].
-func (e *windowEdge) fold(a, b time.Time) {
+// e.first) by another: it is in (a, b]. learned reports that the bounds
+// said something; agreed, that they agreed with the ones before (not for
+// the first, nor when they replace them).
+func (e *windowEdge) fold(a, b time.Time) (learned, agreed bool) {
 	if !b.After(a) || e.period > 0 && b.Sub(a) >= e.period {
-		return // nothing to learn
+		return false, false // nothing to learn
 	}
 	if e.hi.IsZero() {
 		e.lo, e.hi = a, b
-		return
+		return true, false
 	}
+	agreed = true
 	lo, hi := later(e.lo, a), b
 	if e.hi.Before(hi) {
 		hi = e.hi
@@ -164,8 +183,10 @@ func (e *windowEdge) fold(a, b time.Time) {
 		// clock did, or windows passed unseen): the newer one stands
 		// alone.
 		lo, hi = a, b
+		agreed = false
 	}
 	e.lo, e.hi = lo, hi
+	return true, agreed
 }
 
 // end is where the current window (the newest answered) ends, as far as

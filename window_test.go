@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"math/rand"
 	"testing"
 	"time"
 
@@ -381,14 +382,16 @@ func TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow(t *tes
 		return RateLimits{Requests: Quota{Limit: 5, Remaining: remaining, HasLimit: true, HasRemaining: true,
 			Reset: reset, Coarse: true}}
 	}
-	send := func(at, answered time.Time, remaining int64, reset time.Time) {
+	send := func(at, answered time.Time, remaining int64, reset time.Time, refused bool) {
 		p := pass{u: u, at: at}
 		u.dispatch(&p)
-		p.observe(answered, reading(answered, remaining, reset), 0, false, true)
+		p.observe(answered, reading(answered, remaining, reset), 0, refused, true)
 	}
 	const trip = 20 * time.Millisecond
 	// Each window k ends at k+0.8 s; its reset, cut down, says k s, and
 	// is read as the time of the answer once it has passed (clampReset).
+	// Its quota goes by k+0.3 s, and a request sent at k+0.7 s, the
+	// proven rate's next unit, is refused: the answers bound its end.
 	windowEnd := func(k int) time.Time { return ms(1000*k + 800) }
 	var drained time.Time
 	for k := 1; k <= 4; k++ {
@@ -397,9 +400,12 @@ func TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow(t *tes
 			ms(1000*k + 200), ms(1000*k + 300)}
 		for i, at := range sends {
 			answered := at.Add(trip)
-			reset := later(stated, answered)
-			send(at, answered, int64(4-i), reset)
+			send(at, answered, int64(4-i), later(stated, answered), false)
 			drained = answered
+		}
+		if k < 4 {
+			at := ms(1000*k + 700)
+			send(at, at.Add(trip), 0, at.Add(trip), true)
 		}
 	}
 	require.False(t, u.lumpy, "five a second is too few to be told from a bucket by its lumps")
@@ -417,6 +423,18 @@ func TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow(t *tes
 	early := end.Add(-1500 * time.Millisecond)
 	_, ok := u.cutDownEnd(early, reading(early, 0, early).Requests)
 	assert.False(t, ok, "an end more than a second past a reset that has passed is not the window's")
+	// An end known only roughly, or over fewer windows in a row, is no
+	// edge to hold for (see the bucket below).
+	at := drained
+	edge := u.edge
+	u.edge.lo = u.edge.hi.Add(-cutDownWidest - time.Millisecond)
+	_, ok = u.cutDownEnd(at, reading(at, 0, at).Requests)
+	assert.False(t, ok, "an end known within more than %v", cutDownWidest)
+	u.edge = edge
+	u.edge.agreed = cutDownAgreed - 1
+	_, ok = u.cutDownEnd(at, reading(at, 0, at).Requests)
+	assert.False(t, ok, "an end that held over fewer than %d windows", cutDownAgreed)
+	u.edge = edge
 	// A reset still to come decides by itself.
 	_, ok = u.cutDownEnd(drained, reading(drained, 0, drained.Add(time.Second)).Requests)
 	assert.False(t, ok, "a reset to come is no cut-down one")
@@ -425,4 +443,55 @@ func TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow(t *tes
 	b.coarse = true
 	_, ok = b.cutDownEnd(drained, reading(drained, 0, drained).Requests)
 	assert.False(t, ok, "no edge learned, no hold")
+}
+
+// A bucket's count rises as it refills, and windowEdge takes a rise of a
+// quarter of the limit for a new window: a bucket of 5 at 10 a second,
+// shared with another client and drained in waves with idle time between,
+// taught it edges 87 to 979 ms wide, and the upstream was held up to a
+// second at empty readings whose reset had passed, for units a tenth of a
+// second away (a burst 1.38-1.47x the ideal where it had run 1.36x). Its
+// edges do not hold from one "window" to the next: none is trusted.
+func TestABucketsRefillsTeachNoEdgeToHoldFor(t *testing.T) {
+	u := &upstream{start: slowStart{phase: open}}
+	u.replies = u.sent
+	const limit, rate = 5, 10.0 // a unit every 100 ms
+	tokens, last := float64(limit), testStart
+	take := func(now time.Time) (remaining int64, ok bool) {
+		tokens = min(limit, tokens+rate*now.Sub(last).Seconds())
+		last = now
+		if tokens < 1 {
+			return 0, false
+		}
+		tokens--
+		return int64(tokens), true
+	}
+	rng := rand.New(rand.NewSource(1))
+	other := testStart
+	holds := 0
+	for wave := 0; wave < 12; wave++ {
+		start := testStart.Add(time.Duration(wave) * 1500 * time.Millisecond)
+		for i := 0; i < 12; i++ {
+			at := start.Add(time.Duration(i*60+rng.Intn(40)) * time.Millisecond)
+			for ; other.Before(at); other = other.Add(400 * time.Millisecond) {
+				take(other) // the other client, 2.5 a second
+			}
+			answered := at.Add(time.Duration(2+rng.Intn(20)) * time.Millisecond)
+			remaining, ok := take(at.Add(time.Millisecond))
+			full := answered.Add(time.Duration(float64(limit)-tokens) / rate * time.Second)
+			reset := later(full.Truncate(time.Second), answered) // cut down, read as now once passed
+			p := pass{u: u, at: at}
+			u.dispatch(&p)
+			p.observe(answered, RateLimits{Requests: Quota{Limit: limit, Remaining: remaining, HasLimit: true,
+				HasRemaining: true, Reset: reset, Coarse: true}}, 0, !ok, true)
+			if remaining == 0 && !reset.After(answered) {
+				if _, held := u.cutDownEnd(answered, Quota{Limit: limit, HasLimit: true, HasRemaining: true,
+					Reset: reset, Coarse: true}); held {
+					holds++
+				}
+			}
+		}
+	}
+	require.True(t, u.coarse)
+	assert.Zero(t, holds, "a bucket's rises are no window's end")
 }
