@@ -761,11 +761,13 @@ func (u *upstream) exhaustedUntilLocked(now time.Time, l RateLimits, sentAt time
 // than its reset could be late. A bucket's count rises as it refills, and
 // windowEdge takes a rise for a new window: idle, or shared with another
 // client, a bucket of 5 at 10 a second taught it edges 87 to 979 ms wide,
-// and held until them, a burst ran 1.38-1.47x where it had run 1.36x. So
-// the end must be known within cutDownWidest, and have held over
-// cutDownAgreed windows' ends in a row (a window's, in the matrix's GitHub
-// 5/s cells: 54 ms wide at the median, 273 ms at most). A window told by
-// its lumps has windowWait.
+// and held until them, a burst ran up to 1.47x where it had run 1.37x. So
+// the end must be known within cutDownWidest (the width of a window's, in
+// the matrix's GitHub 5/s cells: 54 ms at the median, 273 ms at most), and
+// have held over cutDownAgreed windows' ends in a row. That halves what
+// such buckets lose, not all of it: one drained in waves about a second
+// apart shows a window's readings, and is still held now and then (see
+// design.md, Known limits). A window told by its lumps has windowWait.
 func (u *upstream) cutDownEnd(now time.Time, q Quota) (time.Time, bool) {
 	if u.lumpy || !u.coarse || q.Reset.After(now) {
 		return time.Time{}, false

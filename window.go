@@ -39,9 +39,10 @@ type windowEdge struct {
 	// known within edgeTrips of them is not worth a probe (see next).
 	trip time.Duration
 
-	// agreed counts the windows in a row whose end fell within the
-	// bounds the ones before gave (see fold): a fixed window's ends keep
-	// to one period, a bucket's rises, taken for new windows, do not.
+	// agreed counts the windows in a row whose bounds, once learned,
+	// were not replaced: a send past the end known, answered by the old
+	// window, or bounds that do not overlap (windows passed unseen)
+	// start it again (see fold).
 	agreed int
 }
 

@@ -372,9 +372,9 @@ func TestForgettingAWindowWakesTheRequestsWaitingOnItsCount(t *testing.T) {
 // before the window's end, for a 429, and the probe after that as long
 // after the new window began, so the next window drained as late, window
 // after window (the matrix's GitHub 5/s cells, windows ending within the
-// second, up to 7 of 60 refused). A bucket, whose answers show no edge, is
-// not held (its units come back one by one), nor is a quota whose reset
-// is still to come.
+// second, up to 7 of 60 refused). An end not yet known well enough is no
+// reason to hold (see TestABucketsRefillsTeachNoEdgeToHoldFor), nor is a
+// quota whose reset is still to come.
 func TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow(t *testing.T) {
 	u := &upstream{start: slowStart{phase: open}}
 	u.replies = u.sent
@@ -402,6 +402,10 @@ func TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow(t *tes
 			answered := at.Add(trip)
 			send(at, answered, int64(4-i), later(stated, answered), false)
 			drained = answered
+		}
+		if k == 3 {
+			_, ok := u.cutDownEnd(drained, reading(drained, 0, drained).Requests)
+			require.False(t, ok, "an end learned over the first windows' ends is no edge to hold for yet")
 		}
 		if k < 4 {
 			at := ms(1000*k + 700)
@@ -438,7 +442,7 @@ func TestAWindowReadEmptyAfterItsCutDownResetWaitsForTheEndItsAnswersShow(t *tes
 	// A reset still to come decides by itself.
 	_, ok = u.cutDownEnd(drained, reading(drained, 0, drained.Add(time.Second)).Requests)
 	assert.False(t, ok, "a reset to come is no cut-down one")
-	// A bucket's answers show no edge: nothing is held for one.
+	// Nothing learned, nothing held.
 	b := &upstream{start: slowStart{phase: open}}
 	b.coarse = true
 	_, ok = b.cutDownEnd(drained, reading(drained, 0, drained).Requests)
