@@ -777,7 +777,7 @@ func (u *upstream) cutDownEnd(now time.Time, q Quota) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	if hi.Sub(lo) > cutDownWidest || u.edge.agreed < cutDownAgreed {
-		return time.Time{}, false // a bucket's count rises as it refills: edges that do not hold
+		return time.Time{}, false // known too roughly, or too briefly: a bucket's rises teach such edges
 	}
 	return hi, true
 }
