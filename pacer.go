@@ -283,16 +283,20 @@ func (p *pacer) nextSlot(start time.Time) time.Time {
 	if p.interval <= 0 {
 		return start
 	}
-	if earliest := p.tatV - (p.capacity - 1); earliest > p.slotsAt(start) {
+	if earliest := p.earliestSlot(); earliest > p.slotsAt(start) {
 		return p.timeOf(earliest)
 	}
 	return start
 }
 
+// earliestSlot is the first slot a new turn may take: the bucket's
+// capacity behind the theoretical arrival time.
+func (p *pacer) earliestSlot() float64 { return p.tatV - (p.capacity - 1) }
+
 // gcra books the next paced slot at or after slot v; moved reports that it
 // is later than v.
 func (p *pacer) gcra(v float64) (slot float64, moved bool) {
-	if earliest := p.tatV - (p.capacity - 1); earliest > v {
+	if earliest := p.earliestSlot(); earliest > v {
 		v, moved = earliest, true
 	}
 	p.tatV = max(p.tatV, v) + 1

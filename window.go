@@ -115,11 +115,7 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 				if c := e.first.Add(e.period); c.Before(b) {
 					b = c
 				}
-				if learned, agreed := e.fold(e.last, b); learned && agreed {
-					e.agreed++
-				} else if learned {
-					e.agreed = 0
-				}
+				e.fold(e.last, b, true)
 			}
 			if !e.hi.IsZero() { // the bounds move on to the new window's end
 				e.lo, e.hi = e.lo.Add(n*e.period), e.hi.Add(n*e.period)
@@ -137,9 +133,7 @@ func (e *windowEdge) see(sent, now time.Time, remaining, limit int64) {
 		if sent.After(e.last) {
 			e.last = sent
 			if e.period > 0 {
-				if learned, agreed := e.fold(e.last, e.first.Add(e.period)); learned && !agreed {
-					e.agreed = 0
-				}
+				e.fold(e.last, e.first.Add(e.period), false)
 			}
 		}
 	}
@@ -163,18 +157,17 @@ func (e *windowEdge) start(sent, now time.Time, remaining int64) {
 }
 
 // fold narrows the bounds on the current window's end (the window of
-// e.first) by another: it is in (a, b]. learned reports that the bounds
-// said something; agreed, that they agreed with the ones before (not for
-// the first, nor when they replace them).
-func (e *windowEdge) fold(a, b time.Time) (learned, agreed bool) {
+// e.first) by another: it is in (a, b]. ended tells the bounds a window's
+// end gave, which count towards agreed when they agree with the ones
+// before; the first bounds, and any that replace them, start it again.
+func (e *windowEdge) fold(a, b time.Time, ended bool) {
 	if !b.After(a) || e.period > 0 && b.Sub(a) >= e.period {
-		return false, false // nothing to learn
+		return // nothing to learn
 	}
 	if e.hi.IsZero() {
-		e.lo, e.hi = a, b
-		return true, false
+		e.lo, e.hi, e.agreed = a, b, 0
+		return
 	}
-	agreed = true
 	lo, hi := later(e.lo, a), b
 	if e.hi.Before(hi) {
 		hi = e.hi
@@ -184,10 +177,11 @@ func (e *windowEdge) fold(a, b time.Time) (learned, agreed bool) {
 		// clock did, or windows passed unseen): the newer one stands
 		// alone.
 		lo, hi = a, b
-		agreed = false
+		e.agreed = 0
+	} else if ended {
+		e.agreed++
 	}
 	e.lo, e.hi = lo, hi
-	return true, agreed
 }
 
 // end is where the current window (the newest answered) ends, as far as
